@@ -1,0 +1,121 @@
+// binding.cpp: registers day87::wmma_mm with PyTorch's dispatcher.
+//
+// The schema, the input contract, and two implementations: CUDA (the WMMA kernel
+// in kernel.cu) and CPU (float64, so gradcheck can differentiate the forward
+// numerically). op.py builds this file at import and adds the two registrations
+// that live in Python: the fake implementation and the backward formula.
+//
+// op.py defines DAY87_WITH_CUDA when it builds kernel.cu beside this file; without
+// it (a CPU-only torch, or no nvcc) the CUDA half compiles out.
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <cstdint>
+
+#ifdef DAY87_WITH_CUDA
+// c10's guard and stream headers, not ATen/cuda/CUDAContext.h: that one also pulls
+// in the cuBLAS and cuSPARSE headers, which a minimal CUDA toolkit does not ship.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+// Defined in kernel.cu.
+cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
+                           size_t k, cudaStream_t stream);
+#endif
+
+namespace {
+
+// The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
+// names the rule and the values it saw, never a crash and never a silent copy.
+// `input_dtype` is what the device's implementation computes in; `tile_rules`
+// adds what the CUDA kernel needs and the CPU reference does not.
+void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType input_dtype,
+                   bool tile_rules) {
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 2,
+                "day87::wmma_mm: rule 'two matrices': a and b must be 2-D, got a.dim()=", a.dim(),
+                " and b.dim()=", b.dim());
+    TORCH_CHECK(a.device() == b.device(),
+                "day87::wmma_mm: rule 'one device': a and b must be on the same device, got ",
+                a.device(), " and ", b.device());
+    TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype,
+                "day87::wmma_mm: rule 'dtype': on ", a.device().type(), " a and b must be ",
+                input_dtype, ", got ", a.scalar_type(), " and ", b.scalar_type());
+    // Checked, never fixed with .contiguous(): that would copy the whole matrix on
+    // every call, where the caller cannot see it in a profile.
+    TORCH_CHECK(a.is_contiguous() && b.is_contiguous(),
+                "day87::wmma_mm: rule 'contiguous': a and b must be row-major contiguous, got "
+                "strides ",
+                a.strides(), " and ", b.strides(), "; call .contiguous() to make the copy explicit");
+    TORCH_CHECK(a.size(1) == b.size(0), "day87::wmma_mm: rule 'inner dimensions': a is ",
+                a.size(0), "x", a.size(1), " and b is ", b.size(0), "x", b.size(1),
+                "; a.size(1) must equal b.size(0)");
+    if (!tile_rules) return;
+    TORCH_CHECK(a.size(0) % 128 == 0 && b.size(1) % 128 == 0 && a.size(1) % 16 == 0,
+                "day87::wmma_mm: rule 'tile': the 128x128x16 tile must divide the shape, got M=",
+                a.size(0), ", N=", b.size(1), ", K=", a.size(1));
+    // A view into the middle of a buffer (x[1:] of a 1-D buffer, say) can be
+    // contiguous and still start off a 16-byte boundary; the kernel's 16-byte
+    // copies would then fault and break the CUDA context for the whole process.
+    const auto misalignment = [](const at::Tensor& t) {
+        return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16;
+    };
+    TORCH_CHECK(misalignment(a) == 0 && misalignment(b) == 0,
+                "day87::wmma_mm: rule 'alignment': a and b must start on a 16-byte boundary, "
+                "got storage offsets ",
+                a.storage_offset(), " and ", b.storage_offset(), " elements");
+}
+
+#ifdef DAY87_WITH_CUDA
+at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
+    checkContract(a, b, at::kHalf, /*tile_rules=*/true);
+    const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+
+    // The guard sets the current device to the tensors' device for the rest of
+    // this scope and puts it back on the way out. Without it an operator called
+    // on cuda:1 from a thread whose current device is 0 allocates on cuda:0.
+    const c10::cuda::CUDAGuard guard(a.device());
+    at::Tensor c = at::empty({m, n}, a.options().dtype(at::kFloat));
+    if (c.numel() == 0) return c;  // an empty result: there is nothing to launch
+
+    // The current stream, not a new one and not the default one. PyTorch orders
+    // the caller's work on this stream; a kernel on any other would run beside
+    // the kernels that produce a and b, with no dependency on them.
+    const cudaError_t status = launchWmmaGemm(
+        reinterpret_cast<const __half*>(a.const_data_ptr<at::Half>()),
+        reinterpret_cast<const __half*>(b.const_data_ptr<at::Half>()), c.mutable_data_ptr<float>(),
+        static_cast<size_t>(m), static_cast<size_t>(n), static_cast<size_t>(k),
+        c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
+    // Raise, never exit: std::exit would end the interpreter without a traceback.
+    TORCH_CHECK(status == cudaSuccess, "day87::wmma_mm: launch failed: ",
+                cudaGetErrorString(status));
+    return c;
+}
+#endif
+
+// The reference path. It exists so that gradcheck has a forward it can perturb
+// numerically: in FP16 a central difference is mostly rounding, in float64 it is not.
+at::Tensor wmmaMmCpu(const at::Tensor& a, const at::Tensor& b) {
+    checkContract(a, b, at::kDouble, /*tile_rules=*/false);
+    return at::mm(a, b);
+}
+
+}  // namespace
+
+// The schema is the operator's public type: the dispatcher, autograd and the
+// compiler read it. No `!` annotations: the op neither mutates nor aliases an input.
+TORCH_LIBRARY(day87, m) {
+    m.def("wmma_mm(Tensor a, Tensor b) -> Tensor");
+}
+
+#ifdef DAY87_WITH_CUDA
+TORCH_LIBRARY_IMPL(day87, CUDA, m) {
+    m.impl("wmma_mm", &wmmaMmCuda);
+}
+#endif
+
+TORCH_LIBRARY_IMPL(day87, CPU, m) {
+    m.impl("wmma_mm", &wmmaMmCpu);
+}
