@@ -849,7 +849,7 @@ def draw_call(rng, devices):
 
 def make_tensor(shape, dtype, device, layout, rng):
     def values(shape):
-        return torch.randn(*shape, dtype=torch.float64).to(dtype=dtype, device=device) \
+        return torch.randn(shape, dtype=torch.float64).to(dtype=dtype, device=device) \
             if dtype.is_floating_point else torch.randint(-3, 4, shape, dtype=dtype, device=device)
 
     if len(shape) != 2 or layout == "contiguous":

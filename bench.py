@@ -1,0 +1,142 @@
+"""bench.py: wmma_mm beside cuBLAS, and what a build and an import cost.
+
+    python op.py --bench          # TFLOP/s table and per-call host overhead (needs a GPU)
+    python op.py --build-times    # cold build and warm import, in fresh processes
+
+Method (for --bench): fresh random inputs, never zeros; a warm-up pass first;
+enough input sets to rotate through that they cannot all sit in L2, so every call
+reads its operands from memory; each figure is the median of 15 timings with CUDA
+events, each timing a back-to-back run of calls, divided by the number of calls.
+The baseline is cuBLAS under the same precision contract: FP16 in, FP32
+accumulate, FP32 out (torch.mm with out_dtype=torch.float32).
+"""
+
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import op
+
+SIZES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 2048),
+         (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 1024)]
+TIMINGS = 15
+
+
+def baseline():
+    """cuBLAS at wmma_mm's precision contract, and what to call it in the table."""
+    probe = torch.ones(16, 16, dtype=torch.half, device="cuda")
+    try:
+        torch.mm(probe, probe, out_dtype=torch.float32)
+        return (lambda a, b: torch.mm(a, b, out_dtype=torch.float32)), "torch.mm(out_dtype=f32)"
+    except TypeError:  # out_dtype arrived around torch 2.8
+        return (lambda a, b: (a @ b).float()), "(a @ b).float(): FP16 out, no out_dtype here"
+
+
+def input_sets(m, n, k, requires_grad=False):
+    """Enough (a, b) pairs that together they are twice the L2, at most 64 of them."""
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    per_set = 2 * (m * k + k * n)
+    count = min(64, max(1, math.ceil(2 * l2_bytes / per_set)))
+    return [(torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=requires_grad),
+             torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=requires_grad))
+            for _ in range(count)]
+
+
+def milliseconds_per_call(function, sets, target_ms=20.0):
+    for a, b in sets:  # warm-up: module load, cuBLAS heuristics, the caching allocator
+        function(a, b)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for a, b in sets:
+        function(a, b)
+    end.record()
+    end.synchronize()
+    calls = max(len(sets), int(target_ms / max(start.elapsed_time(end) / len(sets), 1e-3)))
+    timings = []
+    for _ in range(TIMINGS):
+        start.record()
+        for call in range(calls):
+            function(*sets[call % len(sets)])
+        end.record()
+        end.synchronize()
+        timings.append(start.elapsed_time(end) / calls)
+    return statistics.median(timings)
+
+
+def host_microseconds_per_call(function, a, b, calls=2000):
+    """Wall time per call at a size where the GPU finishes first: the host's cost."""
+    for _ in range(50):
+        function(a, b)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        function(a, b)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return 1e6 * elapsed / calls
+
+
+def bench():
+    if not torch.cuda.is_available() or not op.BUILD["with_cuda"]:
+        print("--bench needs a GPU and the extension's CUDA part; nothing to measure here.")
+        return
+    base, base_name = baseline()
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+          f"baseline {base_name}")
+    print(f"{'M':>6}{'N':>6}{'K':>6}{'wmma_mm TFLOP/s':>17}{'cuBLAS TFLOP/s':>16}{'ratio':>7}"
+          f"{'wmma_mm us':>12}{'cuBLAS us':>11}")
+    for m, n, k in SIZES:
+        sets = input_sets(m, n, k)
+        ours = milliseconds_per_call(op.wmma_mm, sets)
+        theirs = milliseconds_per_call(base, sets)
+        flops = 2.0 * m * n * k
+        print(f"{m:>6}{n:>6}{k:>6}{flops / ours / 1e9:>17.1f}{flops / theirs / 1e9:>16.1f}"
+              f"{theirs / ours:>7.2f}{1e3 * ours:>12.1f}{1e3 * theirs:>11.1f}", flush=True)
+        del sets
+    print()
+    print("host overhead at 128^3, microseconds of wall time per call")
+    print(f"{'inputs':<22}{'wmma_mm':>10}{base_name:>28}")
+    for requires_grad in (False, True):
+        (a, b), = input_sets(128, 128, 128, requires_grad)[:1]
+        ours = host_microseconds_per_call(op.wmma_mm, a, b)
+        theirs = host_microseconds_per_call(base, a, b)
+        label = "requires_grad=True" if requires_grad else "plain tensors"
+        print(f"{label:<22}{ours:>10.1f}{theirs:>28.1f}")
+
+
+def build_times():
+    """Cold build (a fresh cache, this machine's architecture only) and warm import
+    (import op minus import torch, median of 5 fresh processes)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    environment = dict(os.environ, TORCH_EXTENSIONS_DIR=tempfile.mkdtemp(prefix="day87-cold-"))
+    if op.BUILD["with_cuda"]:
+        environment["TORCH_CUDA_ARCH_LIST"] = op.architecture_list()
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import op"], cwd=here, env=environment, check=True)
+    cold = time.perf_counter() - start
+    probe = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); "
+             "import op; t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
+    samples = [subprocess.run([sys.executable, "-c", probe], cwd=here, env=environment, check=True,
+                              capture_output=True, text=True).stdout.split() for _ in range(5)]
+    torch_import = statistics.median(float(s[0]) for s in samples)
+    op_import = statistics.median(float(s[1]) for s in samples)
+    what = f"architectures {op.BUILD['archs']}" if op.BUILD["with_cuda"] else "CPU part only"
+    print(f"cold build ({what}): {cold:.1f} s")
+    print(f"warm import: import torch {torch_import:.3f} s, then import op {op_import:.3f} s")
+
+
+def main(arguments):
+    if arguments == ["--bench"]:
+        bench()
+    elif arguments == ["--build-times"]:
+        build_times()
+    else:
+        print(__doc__)
+        sys.exit(2)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# gpu_check.sh: every GPU-side check of this folder, in one run on one card.
+#
+#   bash gpu_check.sh [output folder]      (default: ./gpu-check-out)
+#
+# The standalone gate, the harness with and without the GPU visible, the
+# self-test, the fuzzer, the build and import checks, the benchmark, and
+# compute-sanitizer's four tools on the gate and on the operator driven through
+# torch. Each step's output goes to the console and to gpu_check.log; the exit
+# status is the number of steps that failed. FUZZ_CALLS sets the fuzz size.
+set -u
+out=${1:-gpu-check-out}
+mkdir -p "$out"
+log="$out/gpu_check.log"
+: >"$log"
+export PYTHONUNBUFFERED=1
+failures=0
+
+step() {  # step NAME COMMAND...: run, log, and count a failure
+    local name=$1
+    shift
+    echo "=== $name: $*" | tee -a "$log"
+    local start=$SECONDS
+    "$@" 2>&1 | tee -a "$log"
+    local status=${PIPESTATUS[0]}
+    echo "=== $name: exit $status after $((SECONDS - start)) s" | tee -a "$log"
+    [ "$status" -eq 0 ] || failures=$((failures + 1))
+}
+
+arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'sm_{m}{n}')")
+step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -2'
+step gate-build nvcc -O3 -lineinfo -arch="$arch" -o gate gate.cu
+step gate ./gate
+step harness python3 test_op.py
+step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
+step self-test python3 test_op.py --self-test
+step bench python3 op.py --bench
+step build-times python3 op.py --build-times
+step build-checks python3 test_build.py --gpu
+step fuzz python3 test_op.py --fuzz "${FUZZ_CALLS:-10000}" --seed 87
+
+# compute-sanitizer: the gate, then the operator's forward and backward through torch.
+driver='import torch, op
+a = torch.randn(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
+b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
+op.wmma_mm(a, b).sum().backward()
+c = op.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), torch.randn(48, 256, dtype=torch.half, device="cuda"))
+torch.cuda.synchronize()
+print("driver: forward and backward done")'
+for tool in memcheck racecheck synccheck initcheck; do
+    step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 ./gate
+    step "sanitize-torch-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -c "$driver"
+done
+
+echo "gpu_check: $failures step(s) failed" | tee -a "$log"
+exit "$failures"
