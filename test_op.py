@@ -20,6 +20,7 @@ The error bound used for every FP16 result, and why:
 
 import argparse
 import datetime
+import faulthandler
 import math
 import os
 import platform
@@ -923,6 +924,9 @@ def run_fuzz(count, seed, only_index=None):
 
 
 def main():
+    # A crash in native code prints the Python stack that led to it, not just
+    # "Segmentation fault": the harness exists to find such crashes.
+    faulthandler.enable()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--self-test", action="store_true", help="run every check against wrong variants")
     parser.add_argument("--fuzz", type=int, metavar="N", help="N random calls against the contract")
