@@ -12,6 +12,7 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <string>
 
 #ifdef DAY87_WITH_CUDA
 // c10's guard and stream headers, not ATen/cuda/CUDAContext.h: that one also pulls
@@ -28,34 +29,55 @@ cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m,
 
 namespace {
 
+// Each message is assembled as one std::string, with integers through
+// std::to_string, so TORCH_CHECK passes it through without a stream. With
+// integers streamed into TORCH_CHECK directly, the extension crashed on the H200
+// image (torch 2.11, g++ 13.3; gdb: std::ostream::_M_insert<long>, called from
+// checkContract) while torch 2.14 here was fine; the cause is not established.
+std::string text(int64_t value) {
+    return std::to_string(value);
+}
+
+std::string text(c10::IntArrayRef values) {
+    std::string joined = "[";
+    for (size_t i = 0; i < values.size(); ++i) joined += (i ? ", " : "") + text(values[i]);
+    return joined + "]";
+}
+
+std::string text(const at::Tensor& t) {  // "256x512 Half on cuda:0"
+    std::string shape;
+    for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "x" : "") + text(t.size(d));
+    return (t.dim() ? shape : "scalar") + " " + c10::toString(t.scalar_type()) + " on " +
+           t.device().str();
+}
+
 // The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
 // names the rule and the values it saw, never a crash and never a silent copy.
 // `input_dtype` is what the device's implementation computes in; `tile_rules`
 // adds what the CUDA kernel needs and the CPU reference does not.
 void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType input_dtype,
                    bool tile_rules) {
+    // Built only when a check fails: TORCH_CHECK evaluates its message lazily.
+    const auto seen = [&] { return "; got a: " + text(a) + ", b: " + text(b); };
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2,
-                "day87::wmma_mm: rule 'two matrices': a and b must be 2-D, got a.dim()=", a.dim(),
-                " and b.dim()=", b.dim());
+                "day87::wmma_mm: rule 'two matrices': a and b must be 2-D" + seen());
     TORCH_CHECK(a.device() == b.device(),
-                "day87::wmma_mm: rule 'one device': a and b must be on the same device, got ",
-                a.device(), " and ", b.device());
+                "day87::wmma_mm: rule 'one device': a and b must be on the same device" + seen());
     TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype,
-                "day87::wmma_mm: rule 'dtype': on ", a.device().type(), " a and b must be ",
-                input_dtype, ", got ", a.scalar_type(), " and ", b.scalar_type());
+                "day87::wmma_mm: rule 'dtype': on " + a.device().str() + " a and b must be " +
+                    c10::toString(input_dtype) + seen());
     // Checked, never fixed with .contiguous(): that would copy the whole matrix on
     // every call, where the caller cannot see it in a profile.
     TORCH_CHECK(a.is_contiguous() && b.is_contiguous(),
-                "day87::wmma_mm: rule 'contiguous': a and b must be row-major contiguous, got "
-                "strides ",
-                a.strides(), " and ", b.strides(), "; call .contiguous() to make the copy explicit");
-    TORCH_CHECK(a.size(1) == b.size(0), "day87::wmma_mm: rule 'inner dimensions': a is ",
-                a.size(0), "x", a.size(1), " and b is ", b.size(0), "x", b.size(1),
-                "; a.size(1) must equal b.size(0)");
+                "day87::wmma_mm: rule 'contiguous': a and b must be row-major contiguous; got "
+                "strides " + text(a.strides()) + " and " + text(b.strides()) +
+                    "; call .contiguous() to make the copy explicit");
+    TORCH_CHECK(a.size(1) == b.size(0),
+                "day87::wmma_mm: rule 'inner dimensions': a.size(1) must equal b.size(0)" + seen());
     if (!tile_rules) return;
     TORCH_CHECK(a.size(0) % 128 == 0 && b.size(1) % 128 == 0 && a.size(1) % 16 == 0,
-                "day87::wmma_mm: rule 'tile': the 128x128x16 tile must divide the shape, got M=",
-                a.size(0), ", N=", b.size(1), ", K=", a.size(1));
+                "day87::wmma_mm: rule 'tile': the 128x128x16 tile must divide the shape; got M=" +
+                    text(a.size(0)) + ", N=" + text(b.size(1)) + ", K=" + text(a.size(1)));
     // A view into the middle of a buffer (x[1:] of a 1-D buffer, say) can be
     // contiguous and still start off a 16-byte boundary; the kernel's 16-byte
     // copies would then fault and break the CUDA context for the whole process.
@@ -63,9 +85,9 @@ void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType inpu
         return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16;
     };
     TORCH_CHECK(misalignment(a) == 0 && misalignment(b) == 0,
-                "day87::wmma_mm: rule 'alignment': a and b must start on a 16-byte boundary, "
-                "got storage offsets ",
-                a.storage_offset(), " and ", b.storage_offset(), " elements");
+                "day87::wmma_mm: rule 'alignment': a and b must start on a 16-byte boundary; "
+                "got storage offsets of " + text(a.storage_offset()) + " and " +
+                    text(b.storage_offset()) + " elements");
 }
 
 #ifdef DAY87_WITH_CUDA
@@ -89,8 +111,8 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
         static_cast<size_t>(m), static_cast<size_t>(n), static_cast<size_t>(k),
         c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
     // Raise, never exit: std::exit would end the interpreter without a traceback.
-    TORCH_CHECK(status == cudaSuccess, "day87::wmma_mm: launch failed: ",
-                cudaGetErrorString(status));
+    TORCH_CHECK(status == cudaSuccess,
+                std::string("day87::wmma_mm: launch failed: ") + cudaGetErrorString(status));
     return c;
 }
 #endif

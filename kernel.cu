@@ -37,6 +37,10 @@ namespace wmma = nvcuda::wmma;
 // are busy. The figures for each step are in README.md, "Performance notes".
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
+// Each pipeline stage holds 32 of K: two 16-deep WMMA steps per barrier, which
+// halves the barriers of a 16-deep stage. The contract only asks K % 16 == 0, so
+// a last stage that sticks out past K is filled with zeros (cp.async's src-size).
+constexpr int kBlockK = 32;
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
 constexpr int kWarpM = 64;
 constexpr int kWarpN = 64;
@@ -47,39 +51,26 @@ constexpr int kFragmentsM = kWarpM / kWmmaSize;   // 4
 constexpr int kFragmentsN = kWarpN / kWmmaSize;   // 4
 
 // Three stages: while the warps multiply stage s, the copies for s+1 and s+2 are
-// in flight.
+// in flight. Three stages of 18.5 KB fit the 64 KB a T4 block may opt in to.
 constexpr int kStages = 3;
 
-// Shared-memory rows are padded by 8 halves (16 bytes). Unpadded, the eight
-// 16-byte rows that one fragment load (LDSM) reads at once sit a multiple of 64
-// bytes apart and fall on the same four banks; padded, they land on all 32.
-// The pad also keeps every fragment 32-byte aligned, which WMMA requires.
+// Shared-memory rows are padded by 8 halves (16 bytes). An unpadded A row is 64
+// bytes, so the eight 16-byte rows that one fragment load reads at once would
+// fall on the same four banks; with 80-byte rows they land on all 32.
+// The pad must keep every fragment 32-byte aligned, which WMMA requires: 40 and
+// 136 halves make fragment offsets multiples of 32 bytes.
 constexpr int kPad = 8;
-
-// The pipeline's shape for a stage depth of `depth_k` (the K covered by one
-// stage). A deeper stage does more MMAs per barrier and per round of address
-// arithmetic. The contract only asks K % 16 == 0, so a last stage that sticks
-// out past K is filled with zeros (cp.async's src-size operand).
-template <int depth_k>
-struct Pipeline {
-    static constexpr int kDepthK = depth_k;
-    static constexpr int kStrideA = depth_k + kPad;  // halves per A row in shared memory
-    static constexpr int kStrideB = kBlockN + kPad;  // halves per B row
-    static constexpr int kStageHalvesA = kBlockM * kStrideA;
-    static constexpr int kStageHalvesB = depth_k * kStrideB;
-    static constexpr int kSharedBytes = kStages * (kStageHalvesA + kStageHalvesB) * 2;
-};
-// sm_80 and newer: 64 of K per stage, 105 KB, two blocks per SM on an H100/H200.
-using DeepPipeline = Pipeline<64>;
-// sm_75: a T4 block may opt in to 64 KB at most, so 32 of K per stage, 55.5 KB.
-using ShallowPipeline = Pipeline<32>;
-static_assert(ShallowPipeline::kSharedBytes <= 64 * 1024, "a T4 block has 64 KB at most");
+constexpr int kStrideA = kBlockK + kPad;  // 40 halves per A row
+constexpr int kStrideB = kBlockN + kPad;  // 136 halves per B row
+constexpr int kStageHalvesA = kBlockM * kStrideA;
+constexpr int kStageHalvesB = kBlockK * kStrideB;
+constexpr int kSharedBytes = kStages * (kStageHalvesA + kStageHalvesB) * 2;
 
 // The epilogue reuses the pipeline's shared memory: each warp stages one 16-row
 // strip of its 64 x 64 FP32 result (padded by 4 floats) before writing it out.
 constexpr int kStrideC = kWarpN + 4;
 constexpr int kEpilogueFloatsPerWarp = kWmmaSize * kStrideC;
-static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= ShallowPipeline::kSharedBytes,
+static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= kSharedBytes,
               "the epilogue's staging must fit in the pipeline's shared memory");
 
 // Blocks are launched in groups of 8 block-rows walked column by column, so the
@@ -122,15 +113,14 @@ __device__ __forceinline__ void waitForCopies() {
 #endif
 }
 
-// Copy one stage, a 128 x depth slice of A and a depth x 128 slice of B, into
-// shared memory in 16-byte pieces. Consecutive threads take consecutive pieces of
-// a row, so every warp reads whole runs of 64 (A, at depth 32) to 256 bytes (B).
-template <typename Shape>
+// Copy the stage-th 128 x 32 slice of A and 32 x 128 slice of B into shared memory.
+// Each of the 128 threads moves four 16-byte pieces of each; consecutive threads
+// take consecutive pieces of a row, so every warp reads whole 64- and 256-byte runs.
 __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const half* a,
                                           const half* b, int k, int n, int tile_row,
                                           int tile_col, int k_start) {
-    constexpr int kPiecesPerRowA = Shape::kDepthK / 8;
-    constexpr int kPiecesPerRowB = kBlockN / 8;
+    constexpr int kPiecesPerRowA = kBlockK / 8;  // 4
+    constexpr int kPiecesPerRowB = kBlockN / 8;  // 16
 #pragma unroll
     for (int i = 0; i < (kBlockM * kPiecesPerRowA) / kThreads; ++i) {
         const int piece = threadIdx.x + i * kThreads;
@@ -139,30 +129,29 @@ __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const 
         const bool in_bounds = k_start + col < k;
         const half* source =
             a + (static_cast<size_t>(tile_row) * kBlockM + row) * k + (in_bounds ? k_start + col : 0);
-        copy16Async(shared_a + row * Shape::kStrideA + col, source, in_bounds);
+        copy16Async(shared_a + row * kStrideA + col, source, in_bounds);
     }
 #pragma unroll
-    for (int i = 0; i < (Shape::kDepthK * kPiecesPerRowB) / kThreads; ++i) {
+    for (int i = 0; i < (kBlockK * kPiecesPerRowB) / kThreads; ++i) {
         const int piece = threadIdx.x + i * kThreads;
         const int row = piece / kPiecesPerRowB;
         const int col = (piece % kPiecesPerRowB) * 8;
         const bool in_bounds = k_start + row < k;
         const half* source =
             b + static_cast<size_t>(in_bounds ? k_start + row : 0) * n + tile_col * kBlockN + col;
-        copy16Async(shared_b + row * Shape::kStrideB + col, source, in_bounds);
+        copy16Async(shared_b + row * kStrideB + col, source, in_bounds);
     }
 }
 
 // ---------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------
-template <typename Shape>
 __global__ void __launch_bounds__(kThreads)
     wmmaGemmKernel(const half* __restrict__ a, const half* __restrict__ b, float* __restrict__ c,
                    int m, int n, int k) {
     extern __shared__ __align__(128) unsigned char shared_bytes[];
     half* shared_a = reinterpret_cast<half*>(shared_bytes);
-    half* shared_b = shared_a + kStages * Shape::kStageHalvesA;
+    half* shared_b = shared_a + kStages * kStageHalvesA;
 
     // Which tile of C this block owns, in grouped order (see kGroupRows).
     const int tiles_m = m / kBlockM;
@@ -186,16 +175,15 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
 
-    const int k_tiles = (k + Shape::kDepthK - 1) / Shape::kDepthK;
+    const int k_tiles = (k + kBlockK - 1) / kBlockK;
 
     // Prologue: start the copies of the first kStages - 1 stages. A group is
     // committed even when empty, so that the wait counts below stay exact.
 #pragma unroll
     for (int stage = 0; stage < kStages - 1; ++stage) {
         if (stage < k_tiles)
-            loadStage<Shape>(shared_a + stage * Shape::kStageHalvesA,
-                             shared_b + stage * Shape::kStageHalvesB, a, b, k, n, tile_row,
-                             tile_col, stage * Shape::kDepthK);
+            loadStage(shared_a + stage * kStageHalvesA, shared_b + stage * kStageHalvesB, a, b, k,
+                      n, tile_row, tile_col, stage * kBlockK);
         commitCopies();
     }
 
@@ -209,34 +197,30 @@ __global__ void __launch_bounds__(kThreads)
         const int next = k_tile + kStages - 1;
         if (next < k_tiles) {
             const int next_stage = next % kStages;
-            loadStage<Shape>(shared_a + next_stage * Shape::kStageHalvesA,
-                             shared_b + next_stage * Shape::kStageHalvesB, a, b, k, n, tile_row,
-                             tile_col, next * Shape::kDepthK);
+            loadStage(shared_a + next_stage * kStageHalvesA, shared_b + next_stage * kStageHalvesB,
+                      a, b, k, n, tile_row, tile_col, next * kBlockK);
         }
         commitCopies();
 
         const int stage = k_tile % kStages;
-        const half* stage_a =
-            shared_a + stage * Shape::kStageHalvesA + warp_row * kWarpM * Shape::kStrideA;
-        const half* stage_b = shared_b + stage * Shape::kStageHalvesB + warp_col * kWarpN;
+        const half* stage_a = shared_a + stage * kStageHalvesA + warp_row * kWarpM * kStrideA;
+        const half* stage_b = shared_b + stage * kStageHalvesB + warp_col * kWarpN;
 #pragma unroll
-        for (int k_step = 0; k_step < Shape::kDepthK; k_step += kWmmaSize) {
+        for (int k_step = 0; k_step < kBlockK; k_step += kWmmaSize) {
             wmma::fragment<wmma::matrix_a, kWmmaSize, kWmmaSize, kWmmaSize, half, wmma::row_major>
                 a_fragments[kFragmentsM];
 #pragma unroll
             for (int i = 0; i < kFragmentsM; ++i)
-                wmma::load_matrix_sync(a_fragments[i],
-                                       stage_a + i * kWmmaSize * Shape::kStrideA + k_step,
-                                       Shape::kStrideA);
+                wmma::load_matrix_sync(a_fragments[i], stage_a + i * kWmmaSize * kStrideA + k_step,
+                                       kStrideA);
             // One B fragment at a time keeps 32 fewer registers live than four.
 #pragma unroll
             for (int j = 0; j < kFragmentsN; ++j) {
                 wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
                                wmma::row_major>
                     b_fragment;
-                wmma::load_matrix_sync(b_fragment,
-                                       stage_b + k_step * Shape::kStrideB + j * kWmmaSize,
-                                       Shape::kStrideB);
+                wmma::load_matrix_sync(b_fragment, stage_b + k_step * kStrideB + j * kWmmaSize,
+                                       kStrideB);
 #pragma unroll
                 for (int i = 0; i < kFragmentsM; ++i)
                     wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment,
@@ -277,19 +261,6 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------
 // The launcher
 // ---------------------------------------------------------------------------
-template <typename Shape>
-cudaError_t launchWithShape(const half* a, const half* b, float* c, int m, int n, int k,
-                            unsigned blocks, cudaStream_t stream) {
-    // Above 48 KB of dynamic shared memory a kernel must opt in, once per device
-    // and kernel. The call costs well under a microsecond and is not a stream
-    // operation, so it is also allowed while a CUDA graph is being captured.
-    const cudaError_t opt_in = cudaFuncSetAttribute(
-        wmmaGemmKernel<Shape>, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::kSharedBytes);
-    if (opt_in != cudaSuccess) return opt_in;
-    wmmaGemmKernel<Shape><<<blocks, kThreads, Shape::kSharedBytes, stream>>>(a, b, c, m, n, k);
-    return cudaGetLastError();
-}
-
 // Launches on `stream` and returns the launch status. It checks the shape rules
 // again, because a caller that skipped them would read and write out of bounds;
 // it answers cudaErrorInvalidValue instead.
@@ -301,14 +272,14 @@ cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, siz
     if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
     if (tiles > INT_MAX) return cudaErrorInvalidValue;
 
-    // The stage depth depends on the card the stream's device is: the current
-    // device, which the caller (binding.cpp's CUDAGuard) has set.
-    int device = 0, major = 0;
-    cudaError_t status = cudaGetDevice(&device);
-    if (status == cudaSuccess)
-        status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (status != cudaSuccess) return status;
-    const unsigned blocks = static_cast<unsigned>(tiles);
-    return major >= 8 ? launchWithShape<DeepPipeline>(a, b, c, m, n, k, blocks, stream)
-                      : launchWithShape<ShallowPipeline>(a, b, c, m, n, k, blocks, stream);
+    // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
+    // call costs well under a microsecond and is not a stream operation, so it is
+    // also allowed while a CUDA graph is being captured.
+    const cudaError_t opt_in = cudaFuncSetAttribute(
+        wmmaGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+    if (opt_in != cudaSuccess) return opt_in;
+
+    wmmaGemmKernel<<<static_cast<unsigned>(tiles), kThreads, kSharedBytes, stream>>>(
+        a, b, c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
+    return cudaGetLastError();
 }
