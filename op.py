@@ -18,6 +18,7 @@ library; it gets a directory of its own.
 
 import fcntl
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -48,14 +49,17 @@ def _say(message):
 # What to build, and where
 # ---------------------------------------------------------------------------
 def find_cuda_home():
-    """The CUDA toolkit to build with, or None. CUDA_HOME wins; then the nvcc on
-    PATH, but only where its folder has the headers (a wrapper script in
-    /usr/local/bin would otherwise make the toolkit /usr/local); then /usr/local/cuda."""
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    nvcc_on_path = shutil.which("nvcc")
-    if nvcc_on_path:
-        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc_on_path))))
-    candidates.append("/usr/local/cuda")
+    """The CUDA toolkit to build with, or None. CUDA_HOME (or CUDA_PATH), where set,
+    is the only candidate: a user who names a toolkit means that one. Otherwise
+    the nvcc on PATH, but only where its folder has the headers (a wrapper script
+    in /usr/local/bin would make the toolkit /usr/local), then /usr/local/cuda."""
+    chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if chosen:
+        candidates = [chosen]
+    else:
+        nvcc_on_path = shutil.which("nvcc")
+        candidates = [os.path.dirname(os.path.dirname(os.path.realpath(nvcc_on_path)))
+                      if nvcc_on_path else None, "/usr/local/cuda"]
     for home in filter(None, candidates):
         if os.path.exists(os.path.join(home, "bin", "nvcc")) and os.path.exists(
             os.path.join(home, "include", "cuda_runtime.h")
@@ -201,7 +205,13 @@ def _build(plan):
             os.environ["CUDA_HOME"] = plan["cuda_home"]
             os.environ["TORCH_CUDA_ARCH_LIST"] = plan["archs"]
         try:
+            # Its import warns "No CUDA runtime is found" wherever no GPU is
+            # visible, which is expected in CI; the line above says what is built.
+            logger = logging.getLogger("torch.utils.cpp_extension")
+            level = logger.level
+            logger.setLevel(logging.ERROR)
             from torch.utils import cpp_extension
+            logger.setLevel(level)
             if plan["with_cuda"]:
                 cpp_extension.CUDA_HOME = plan["cuda_home"]  # read once, at its import
             cpp_extension.load(
@@ -237,9 +247,13 @@ def _load():
             return loaded
         return dict(plan, built_now=False)
     if torch.version.cuda and not plan["with_cuda"]:
-        _say("no CUDA toolkit found (CUDA_HOME, nvcc on PATH, /usr/local/cuda): only the CPU "
-             "implementation is registered, and CUDA calls will fail. Install the CUDA "
-             f"{torch.version.cuda} toolkit and set CUDA_HOME to build the kernel.")
+        where = (f"CUDA_HOME={os.environ.get('CUDA_HOME') or os.environ.get('CUDA_PATH')} has no "
+                 "bin/nvcc and include/cuda_runtime.h"
+                 if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+                 else "no nvcc on PATH and no /usr/local/cuda")
+        _say(f"no CUDA toolkit found ({where}): only the CPU implementation is registered, "
+             f"and calls on CUDA tensors will fail. Install the CUDA {torch.version.cuda} "
+             "toolkit and set CUDA_HOME to build the kernel.")
     built_now = False
     if not os.path.exists(_done_marker(plan)):
         built_now = _build(plan)
