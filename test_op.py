@@ -673,6 +673,14 @@ def prove_rows():
             raise Fail(f"the row passed against the wrong variant '{variant}'")
 
         rows.append((f"{row}", f"must fail: {variant}", caught))
+    def fuzz_catches(variant="copies non-contiguous inputs", calls=300):
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and op.BUILD["with_cuda"] else [])
+        failures = [problem for index in range(calls)
+                    for status, problem in [fuzz_one(87, index, devices, variants[variant])] if problem]
+        require(failures, f"{calls} fuzz calls found nothing wrong with '{variant}'")
+        return f"caught: {len(failures)} of {calls} calls, e.g. {failures[0][:80]}"
+
+    rows.append(("fuzz, 300 calls", "must fail: copies non-contiguous inputs", fuzz_catches))
     # The gradcheck row's proof is the table's own 'gradcheck rejects' row.
     rows.append(("gradcheck", "must fail: grad_a scaled by 1.01", check_gradcheck_rejects))
     return rows
@@ -868,8 +876,9 @@ def make_tensor(shape, dtype, device, layout, rng):
     return flat[1:].view(rows, cols)
 
 
-def fuzz_one(seed, index, devices):
-    """Run call `index` of `seed`; returns None, or a description of a failure."""
+def fuzz_one(seed, index, devices, mm=op.wmma_mm):
+    """Run call `index` of `seed`: returns ("result" or "raised", None) when the
+    op kept its contract, or ("fail", a description of what went wrong)."""
     rng = random.Random(f"{seed}:{index}")
     torch.manual_seed(rng.randrange(2**31))
     a, b, notes = draw_call(rng, devices)
@@ -877,23 +886,23 @@ def fuzz_one(seed, index, devices):
                 f"b {tuple(b.shape)} {b.dtype} {b.device} stride {b.stride()} ({', '.join(notes) or 'plain'})")
     broken = broken_rules(a, b)
     try:
-        c = op.wmma_mm(a, b)
+        c = mm(a, b)
     except (RuntimeError, ValueError, TypeError) as error:
         if not broken:
-            return f"valid call raised {type(error).__name__}: {str(error).splitlines()[0]} | {describe}"
+            return "fail", f"valid call raised {type(error).__name__}: {str(error).splitlines()[0]} | {describe}"
         if not any(f"'{rule}'" in str(error) for rule in broken):
-            return f"error names none of {broken}: {str(error).splitlines()[0]} | {describe}"
+            return "fail", f"error names none of {broken}: {str(error).splitlines()[0]} | {describe}"
         if a.is_cuda or b.is_cuda:  # after an error the CUDA context must still work
             try:
-                forward_on_gpu(op.wmma_mm, 128, 128, 16)
+                forward_on_gpu(mm, 128, 128, 16)
             except Exception as error:
-                return f"CUDA context broken after the error: {error} | {describe}"
-        return None
+                return "fail", f"CUDA context broken after the error: {error} | {describe}"
+        return "raised", None
     if broken:
-        return f"returned a result though it breaks {broken} | {describe}"
+        return "fail", f"returned a result though it breaks {broken} | {describe}"
     ratio = product_error_ratio(c, a, b)
     if ratio > 1.0:
-        return f"forward error {100 * ratio:.3g}% of bound | {describe}"
+        return "fail", f"forward error {100 * ratio:.3g}% of bound | {describe}"
     if c.requires_grad:
         grad = torch.randn_like(c)
         c.backward(grad)
@@ -903,24 +912,25 @@ def fuzz_one(seed, index, devices):
             if got is not None:
                 ratio = product_error_ratio(got, left.to(c.dtype), right.to(c.dtype))
                 if ratio > 1.0:
-                    return f"{name} error {100 * ratio:.3g}% of bound | {describe}"
-    return None
+                    return "fail", f"{name} error {100 * ratio:.3g}% of bound | {describe}"
+    return "result", None
 
 
 def run_fuzz(count, seed, only_index=None):
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and op.BUILD["with_cuda"] else [])
     print(f"fuzz: seed {seed}, {count} calls, devices {devices}", flush=True)
-    failures = 0
+    tally = {"result": 0, "raised": 0, "fail": 0}
     indices = [only_index] if only_index is not None else range(count)
     for index in indices:
-        problem = fuzz_one(seed, index, devices)
+        status, problem = fuzz_one(seed, index, devices)
+        tally[status] += 1
         if problem:
-            failures += 1
             print(f"FAIL call {index}: {problem}\n    reproduce: python test_op.py --fuzz-case {seed}:{index}",
                   flush=True)
-    total = len(indices)
-    print(f"{total - failures} passed, {failures} failed, 0 skipped")
-    return failures == 0
+    print(f"fuzz: {tally['result']} calls returned a result within the bound, {tally['raised']} raised "
+          "an error naming a broken rule (each followed by a valid CUDA call where CUDA was involved)")
+    print(f"{tally['result'] + tally['raised']} passed, {tally['fail']} failed, 0 skipped")
+    return tally["fail"] == 0
 
 
 def main():
