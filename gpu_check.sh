@@ -35,9 +35,18 @@ step harness python3 test_op.py
 step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
 step self-test python3 test_op.py --self-test
 step bench python3 op.py --bench
-step build-times python3 op.py --build-times
-step build-checks python3 test_build.py --gpu
-step fuzz python3 test_op.py --fuzz "${FUZZ_CALLS:-10000}" --seed 87
+# What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
+step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
+gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
+lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
+sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
+smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_barrier.ratio,\
+smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_mio_throttle.ratio \
+    python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
 
 # compute-sanitizer: the gate, then the operator's forward and backward through torch.
 driver='import torch, op
@@ -51,6 +60,10 @@ for tool in memcheck racecheck synccheck initcheck; do
     step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 ./gate
     step "sanitize-torch-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -c "$driver"
 done
+
+step build-times python3 op.py --build-times
+step build-checks python3 test_build.py --gpu
+step fuzz python3 test_op.py --fuzz "${FUZZ_CALLS:-10000}" --seed 87
 
 echo "gpu_check: $failures step(s) failed" | tee -a "$log"
 exit "$failures"
