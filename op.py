@@ -100,6 +100,7 @@ def build_plan():
             digest.update(name.encode() + b"\0" + source.read() + b"\0")
     for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform):
         digest.update(str(part).encode() + b"\0")
+    key = digest.hexdigest()[:16]
     cache_root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "torch_extensions")
     return {
@@ -107,8 +108,8 @@ def build_plan():
         "cuda_home": cuda_home,
         "sources": sources,
         "archs": archs,
-        "key": digest.hexdigest()[:16],
-        "directory": os.path.join(cache_root, f"day87-{digest.hexdigest()[:16]}"),
+        "key": key,
+        "directory": os.path.join(cache_root, f"day87-{key}"),
     }
 
 
@@ -182,7 +183,7 @@ def _build(plan):
             "Set TORCH_EXTENSIONS_DIR to a writable folder.") from None
     with lock:
         if os.path.exists(_done_marker(plan)):
-            return False  # the process we waited for built it
+            return  # the process we waited for built it
         _check_toolchain(plan)
         # We hold the flock, so no live op.py is building here: a cpp_extension
         # lock file that is left over belongs to a killed build, and so does any
@@ -231,7 +232,6 @@ def _build(plan):
                     os.environ[name] = value
         with open(_done_marker(plan), "w") as marker:
             marker.write(plan["key"] + "\n")
-        return True
 
 
 def _load():
@@ -245,7 +245,7 @@ def _load():
             _say("kernel.cu or binding.cpp changed since this process loaded day87; "
                  "restart the Python process (the notebook kernel) to load the new build")
             return loaded
-        return dict(plan, built_now=False)
+        return plan
     if torch.version.cuda and not plan["with_cuda"]:
         where = (f"CUDA_HOME={os.environ.get('CUDA_HOME') or os.environ.get('CUDA_PATH')} has no "
                  "bin/nvcc and include/cuda_runtime.h"
@@ -254,11 +254,10 @@ def _load():
         _say(f"no CUDA toolkit found ({where}): only the CPU implementation is registered, "
              f"and calls on CUDA tensors will fail. Install the CUDA {torch.version.cuda} "
              "toolkit and set CUDA_HOME to build the kernel.")
-    built_now = False
     if not os.path.exists(_done_marker(plan)):
-        built_now = _build(plan)
+        _build(plan)
     torch.ops.load_library(_library_path(plan))
-    return dict(plan, built_now=built_now)
+    return plan
 
 
 BUILD = _load()
@@ -310,8 +309,9 @@ def _backward(ctx, grad):
 # The registrations belong to a Library object, so that importlib.reload(op) can
 # drop the previous module's registrations before adding its own: a second
 # register_fake on the same operator is refused.
-if globals().get("_registrations") is not None:
-    _registrations._destroy()
+_previous_registrations = globals().get("_registrations")
+if _previous_registrations is not None:
+    _previous_registrations._destroy()
 _registrations = torch.library.Library("day87", "FRAGMENT")
 torch.library.register_fake("day87::wmma_mm", _fake, lib=_registrations)
 torch.library.register_autograd("day87::wmma_mm", _backward, setup_context=_setup_context,

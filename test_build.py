@@ -21,23 +21,12 @@ import sys
 import tempfile
 import time
 
+from table import Skip, require, run_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FOLDER_FILES = ("kernel.cu", "binding.cpp", "op.py")
 WORKSPACE = tempfile.mkdtemp(prefix="day87-build-checks-")
 GPU = "--gpu" in sys.argv
-
-
-class Skip(Exception):
-    pass
-
-
-class Fail(Exception):
-    pass
-
-
-def require(condition, message):
-    if not condition:
-        raise Fail(message)
 
 
 def fresh_dir(name):
@@ -327,32 +316,19 @@ def main():
     parser.add_argument("--gpu", action="store_true", help="the subset that ran on the H200: 1, 3 and 5")
     parser.parse_args()
     checks = [
-        ("1 keyed builds", check_keyed_builds),
-        ("2 copies of the folder", check_copies),
-        ("3 concurrent first import", check_concurrent_import),
-        ("4 a killed build", check_killed_build),
-        ("5 import twice, reload", check_reload),
-        ("6 toolchain messages", check_toolchain_messages),
-        ("8 notebook", check_notebook),
+        ("1 keyed builds", "new key, same tree, edited source", check_keyed_builds),
+        ("2 copies of the folder", "an edited copy beside the original", check_copies),
+        ("3 concurrent first import", "two processes, one cold cache", check_concurrent_import),
+        ("4 a killed build", "SIGKILL mid-build, then a held lock", check_killed_build),
+        ("5 import twice, reload", "import, import, reload, edit, reload", check_reload),
+        ("6 toolchain messages", "wrong nvcc, no nvcc, no ninja, no cache", check_toolchain_messages),
+        ("8 notebook", "a real Jupyter kernel, another cwd", check_notebook),
     ]
     if GPU:
         checks = [check for check in checks if check[0][0] in "135"]
-    outcomes = []
-    for name, check in checks:
-        start = time.monotonic()
-        try:
-            status, detail = "pass", check()
-        except Skip as reason:
-            status, detail = "skip", str(reason)
-        except Fail as defect:
-            status, detail = "FAIL", str(defect)
-        except Exception as error:
-            status, detail = "FAIL", f"{type(error).__name__}: {error}"
-        outcomes.append(status)
-        print(f"{name:<28}{status}, {detail} ({time.monotonic() - start:.0f} s)", flush=True)
+    ok = run_table(checks)
     shutil.rmtree(WORKSPACE, ignore_errors=True)
-    print(f"{outcomes.count('pass')} passed, {outcomes.count('FAIL')} failed, {outcomes.count('skip')} skipped")
-    sys.exit(1 if "FAIL" in outcomes else 0)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

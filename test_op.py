@@ -34,17 +34,7 @@ import torch
 from torch.autograd.gradcheck import GradcheckError
 
 import op
-
-NAME_WIDTH, COMPARES_WIDTH = 42, 52
-
-
-class Skip(Exception):
-    """The row cannot run here; the message says why."""
-
-
-class Fail(Exception):
-    """The row ran and found a defect; the message says which."""
-
+from table import Fail, Skip, require, run_table
 
 def require_gpu(count=1):
     if not torch.cuda.is_available():
@@ -53,11 +43,6 @@ def require_gpu(count=1):
         raise Skip("extension built without its CUDA part")
     if torch.cuda.device_count() < count:
         raise Skip(f"needs {count} GPUs")
-
-
-def require(condition, message):
-    if not condition:
-        raise Fail(message)
 
 
 # ---------------------------------------------------------------------------
@@ -513,7 +498,7 @@ def exercise_rows():
     if not hasattr(torch.ops.day87, "wmma_mm_bias"):
         return [("exercise: wmma_mm_bias", "torch.ops.day87.wmma_mm_bias", no_exercise_yet)]
     return [
-        ("exercise: forward", "a @ b + bias, cpu f64, bias along rows", exercise_forward),
+        ("exercise: forward", "a @ b + bias (added to every row), cpu f64", exercise_forward),
         ("exercise: gradient", "grad_a, grad_b, grad_bias vs numerical Jacobian", exercise_gradient),
         ("exercise: fake", "fake impl's shape and dtype under opcheck", exercise_fake),
         ("exercise: cuda forward 256x512x384", "f16 in, f32 out vs float64, with bias",
@@ -547,32 +532,6 @@ def lesson_rows(mm=op.wmma_mm):
         ("no host sync", "fwd+bwd under sync debug mode 'error'", lambda: check_no_host_sync(mm)),
         ("device guard", "call on cuda:1 from current device 0", lambda: check_device_guard(mm)),
     ]
-
-
-def run_row(name, compares, check):
-    """Run one check and print its row; returns 'pass', 'fail' or 'skip'."""
-    try:
-        status, detail = "pass", check()
-    except Skip as reason:
-        status, detail = "skip", str(reason)
-    except Fail as defect:
-        status, detail = "fail", str(defect)
-    except Exception as error:  # a crash inside a check is a failure, with its cause
-        status, detail = "fail", f"{type(error).__name__}: {error}"
-    label = {"pass": "pass", "fail": "FAIL", "skip": "skip"}[status]
-    lines = detail.splitlines() or [""]
-    print(f"{name:<{NAME_WIDTH}}{compares:<{COMPARES_WIDTH}}{label}, {lines[0]}", flush=True)
-    for line in lines[1:]:
-        print(f"    {line}", flush=True)
-    return status
-
-
-def run_table(rows):
-    print(f"{'check':<{NAME_WIDTH}}{'what it compares':<{COMPARES_WIDTH}}result")
-    outcomes = [run_row(*row) for row in rows]
-    counts = {s: outcomes.count(s) for s in ("pass", "fail", "skip")}
-    print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
-    return counts["fail"] == 0
 
 
 def print_provenance():
