@@ -511,7 +511,8 @@ def exercise_rows():
 # ---------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------
-def lesson_rows(mm=op.wmma_mm):
+def lesson_rows():
+    mm = op.wmma_mm
     return [
         ("contract, cpu", "calls that must raise, naming their rule", lambda: check_contract_cpu(mm)),
         ("contract, cuda", "calls that must raise, naming their rule", lambda: check_contract_cuda(mm)),
