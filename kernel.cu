@@ -31,10 +31,11 @@ namespace wmma = nvcuda::wmma;
 // ---------------------------------------------------------------------------
 // One block computes a 128 x 128 tile of C; its four warps each own 64 x 64 of it
 // (2 x 2 warps). A 64 x 64 warp tile is 4 x 4 WMMA fragments: every A fragment
-// loaded from shared memory feeds 4 MMAs and so does every B fragment, where a
-// 64 x 32 warp tile feeds 2 with each B fragment and so reads shared memory 50%
-// more per MMA. Measured on an H200 (2026-11-29, 4096^3): 337 TFLOP/s with four
-// 64 x 64 warps; 258 with eight 64 x 32 warps on the same 128 x 128 block tile.
+// loaded from shared memory feeds 4 MMAs and so does every B fragment. In a
+// 64 x 32 warp tile each A fragment feeds only 2, so the warp reads shared memory
+// 50% more per MMA (6 fragment loads per 8 MMAs, against 8 per 16). Measured on an
+// H200 (2026-11-29, 4096^3): 337 TFLOP/s with four 64 x 64 warps; 258 with eight
+// 64 x 32 warps on the same 128 x 128 block tile.
 // README.md, "Performance notes", has every variant tried and what limits this one.
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
