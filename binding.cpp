@@ -22,9 +22,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-// Defined in kernel.cu.
+// Defined in kernel.cu, with the tile that the shape must divide.
 cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
                            size_t k, cudaStream_t stream);
+extern const int kTileM, kTileN, kTileK;
 #endif
 
 namespace {
@@ -75,9 +76,12 @@ void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType inpu
     TORCH_CHECK(a.size(1) == b.size(0),
                 "day87::wmma_mm: rule 'inner dimensions': a.size(1) must equal b.size(0)" + seen());
     if (!tile_rules) return;
-    TORCH_CHECK(a.size(0) % 128 == 0 && b.size(1) % 128 == 0 && a.size(1) % 16 == 0,
-                "day87::wmma_mm: rule 'tile': the 128x128x16 tile must divide the shape; got M=" +
-                    text(a.size(0)) + ", N=" + text(b.size(1)) + ", K=" + text(a.size(1)));
+#ifdef DAY87_WITH_CUDA
+    TORCH_CHECK(a.size(0) % kTileM == 0 && b.size(1) % kTileN == 0 && a.size(1) % kTileK == 0,
+                "day87::wmma_mm: rule 'tile': M, N and K must be multiples of " + text(kTileM) +
+                    ", " + text(kTileN) + " and " + text(kTileK) + "; got M=" + text(a.size(0)) +
+                    ", N=" + text(b.size(1)) + ", K=" + text(a.size(1)));
+#endif
     // A view into the middle of a buffer (x[1:] of a 1-D buffer, say) can be
     // contiguous and still start off a 16-byte boundary; the kernel's 16-byte
     // copies would then fault and break the CUDA context for the whole process.

@@ -4,8 +4,9 @@
 // FP32. The tensor cores multiply FP16 pairs and accumulate in FP32; C is stored
 // in FP32 so that the accumulator's precision reaches the caller.
 //
-// The contract the launcher relies on (binding.cpp checks it and raises first):
-//   M % 128 == 0, N % 128 == 0, K % 16 == 0, and every pointer 16-byte aligned.
+// The launcher needs M, N and K to be multiples of the tile (kTileM, kTileN,
+// kTileK below) and every pointer 16-byte aligned; binding.cpp checks both and
+// raises first, naming the rule.
 //
 // Built two ways:
 //   - by op.py, through torch.utils.cpp_extension.load, together with binding.cpp;
@@ -33,18 +34,21 @@ namespace wmma = nvcuda::wmma;
 // (2 x 2 warps). A 64 x 64 warp tile is 4 x 4 WMMA fragments: every A fragment
 // loaded from shared memory feeds 4 MMAs and so does every B fragment. In a
 // 64 x 32 warp tile each A fragment feeds only 2, so the warp reads shared memory
-// 50% more per MMA (6 fragment loads per 8 MMAs, against 8 per 16). Measured on an
-// H200 (2026-11-29, 4096^3): 337 TFLOP/s with four 64 x 64 warps; 258 with eight
-// 64 x 32 warps on the same 128 x 128 block tile.
-// README.md, "Performance notes", has every variant tried and what limits this one.
+// 50% more per MMA (6 fragment loads per 8 MMAs, against 8 per 16), and eight
+// such warps measured slower than four 64 x 64 ones. checks/NOTES.md has every
+// variant tried, its figure, and what limits this one.
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 128;
 // Each pipeline stage holds 32 of K: two 16-deep WMMA steps per barrier. 64-deep
-// stages measured slower on the H200 (323 against 337 TFLOP/s at 4096^3: 246
-// registers, and the same two blocks per SM). The contract only asks K % 16 == 0,
+// stages measured slower: more registers, and the same two blocks per SM. The
+// contract only asks K % 16 == 0,
 // so a last stage that sticks out past K is filled with zeros (cp.async's src-size).
 constexpr int kBlockK = 32;
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
+// The shape contract, for binding.cpp (which declares these): the tile that M,
+// N and K must be multiples of. op.py's TILE_M, TILE_N, TILE_K are the same
+// numbers for Python.
+extern const int kTileM = kBlockM, kTileN = kBlockN, kTileK = kWmmaSize;
 constexpr int kWarpM = 64;
 constexpr int kWarpN = 64;
 constexpr int kWarpsM = kBlockM / kWarpM;
@@ -54,8 +58,8 @@ constexpr int kFragmentsM = kWarpM / kWmmaSize;   // 4
 constexpr int kFragmentsN = kWarpN / kWmmaSize;   // 4
 
 // Three stages: while the warps multiply stage s, the copies for s+1 and s+2 are
-// in flight. Four or five measured no faster on the H200 (333 and 336 TFLOP/s at
-// 4096^3), and three stages of 18.5 KB fit the 64 KB a T4 block may opt in to.
+// in flight. Four or five measured no faster, and three stages of 18.5 KB fit
+// the 64 KB a T4 block may opt in to.
 constexpr int kStages = 3;
 
 // Shared-memory rows are padded by 8 halves (16 bytes). An unpadded A row is 64
@@ -80,7 +84,7 @@ static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= kSharedBytes,
 
 // Blocks are launched in groups of 8 block-rows walked column by column, so the
 // blocks resident at one time share A rows and B columns and find them in L2
-// (ncu on the H200: 90% L2 hit rate at 4096^3; row-major order was not timed).
+// (ncu's L2 hit rate is in checks/NOTES.md; row-major order was not timed).
 constexpr int kGroupRows = 8;
 
 // ---------------------------------------------------------------------------
@@ -272,7 +276,7 @@ __global__ void __launch_bounds__(kThreads)
 // it answers cudaErrorInvalidValue instead.
 cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, size_t n, size_t k,
                            cudaStream_t stream) {
-    if (m % kBlockM != 0 || n % kBlockN != 0 || k % kWmmaSize != 0) return cudaErrorInvalidValue;
+    if (m % kTileM != 0 || n % kTileN != 0 || k % kTileK != 0) return cudaErrorInvalidValue;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
     const size_t tiles = (m / kBlockM) * (n / kBlockN);
     if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# gpu_check.sh: every GPU-side check of this folder, in one run on one card.
+# gpu_check.sh: every GPU-side check of the lesson, in one run on one card.
 #
-#   bash gpu_check.sh [output folder]      (default: ./gpu-check-out)
+#   bash checks/gpu_check.sh [output folder]      (default: ./gpu-check-out)
 #
 # The standalone gate, the harness with and without the GPU visible, the
 # self-test, the fuzzer, the build and import checks, the benchmark, and
@@ -9,6 +9,7 @@
 # torch. Each step's output goes to the console and to gpu_check.log; the exit
 # status is the number of steps that failed. FUZZ_CALLS sets the fuzz size.
 set -u
+cd "$(dirname "$0")/.."   # the lesson's folder
 out=${1:-gpu-check-out}
 mkdir -p "$out"
 log="$out/gpu_check.log"
@@ -33,8 +34,8 @@ step gate-build nvcc -O3 -lineinfo -arch="$arch" -o gate gate.cu
 step gate ./gate
 step harness python3 test_op.py
 step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
-step self-test python3 test_op.py --self-test
-step bench python3 op.py --bench
+step self-test python3 checks/self_test.py
+step bench python3 checks/bench.py
 # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
 step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
 gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
@@ -61,9 +62,9 @@ for tool in memcheck racecheck synccheck initcheck; do
     step "sanitize-torch-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -c "$driver"
 done
 
-step build-times python3 op.py --build-times
-step build-checks python3 test_build.py --gpu
-step fuzz python3 test_op.py --fuzz "${FUZZ_CALLS:-10000}" --seed 87
+step build-times python3 checks/bench.py --build-times
+step build-checks python3 -m pytest -q checks/test_build.py -k "keyed or concurrent or reload"
+step fuzz python3 checks/fuzz.py "${FUZZ_CALLS:-10000}" --seed 87
 
 echo "gpu_check: $failures step(s) failed" | tee -a "$log"
 exit "$failures"

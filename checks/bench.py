@@ -1,7 +1,7 @@
 """bench.py: wmma_mm beside cuBLAS, and what a build and an import cost.
 
-    python op.py --bench          # TFLOP/s table and per-call host overhead (needs a GPU)
-    python op.py --build-times    # cold build and warm import, in fresh processes
+    python checks/bench.py                 # TFLOP/s table and per-call host overhead (needs a GPU)
+    python checks/bench.py --build-times   # cold build and warm import, in fresh processes
 
 Method (for --bench): fresh random inputs, never zeros; a warm-up pass first;
 enough input sets to rotate through that they cannot all sit in L2, so every call
@@ -19,9 +19,10 @@ import sys
 import tempfile
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
 
-import op
+import op  # noqa: E402
 
 SIZES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 2048),
          (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 1024)]
@@ -85,7 +86,7 @@ def host_microseconds_per_call(function, a, b, calls=2000):
 
 def bench():
     if not torch.cuda.is_available() or not op.BUILD["with_cuda"]:
-        print("--bench needs a GPU and the extension's CUDA part; nothing to measure here.")
+        print("bench.py needs a GPU and the extension's CUDA part; nothing to measure here.")
         return
     base, base_name = baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
@@ -114,7 +115,7 @@ def bench():
 def build_times():
     """Cold build (a fresh cache, this machine's architecture only) and warm import
     (import op minus import torch, median of 5 fresh processes)."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = dict(os.environ, TORCH_EXTENSIONS_DIR=tempfile.mkdtemp(prefix="day87-cold-"))
     if op.BUILD["with_cuda"]:
         environment["TORCH_CUDA_ARCH_LIST"] = op.architecture_list()
@@ -132,11 +133,15 @@ def build_times():
     print(f"warm import: import torch {torch_import:.3f} s, then import op {op_import:.3f} s")
 
 
-def main(arguments):
-    if arguments == ["--bench"]:
-        bench()
-    elif arguments == ["--build-times"]:
+def main():
+    if sys.argv[1:] == ["--build-times"]:
         build_times()
+    elif sys.argv[1:] == []:
+        bench()
     else:
         print(__doc__)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""self_test.py: every check of test_op.py against a deliberately wrong operator.
+
+    python checks/self_test.py
+
+A check that cannot fail proves nothing. Each row here hands one of test_op.py's
+checks an operator that breaks one promise (a silent copy, a missing fake, a
+missing backward, the default stream, a host sync, ...) and passes only when the
+check fails. Then the exercise grader (check 6) grades eight registrations of
+day87::wmma_mm_bias, each in a fresh process (an operator cannot be
+unregistered), and each verdict must be the expected one.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import torch  # noqa: E402
+
+import op  # noqa: E402
+import test_op  # noqa: E402
+from test_op import Fail, Skip, require  # noqa: E402
+
+
+def wrong_variants():
+    """Operators that return the right numbers (or nearly) and break one promise each."""
+    library = torch.library.Library("day87_wrong", "DEF")
+    library.define("no_fake(Tensor a, Tensor b) -> Tensor")
+    library.define("no_autograd(Tensor a, Tensor b) -> Tensor")
+    library.define("swapped_saves(Tensor a, Tensor b) -> Tensor")
+    def opaque_kernel(a, b):
+        # Like a C++ kernel, invisible to autograd: without no_grad, autograd
+        # would record the inner wmma_mm call and differentiate through it.
+        with torch.no_grad():
+            return torch.ops.day87.wmma_mm(a, b)
+
+    for name in ("no_fake", "no_autograd", "swapped_saves"):
+        for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
+            library.impl(name, opaque_kernel, device)
+    # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler cannot trace.
+    torch.library.register_autograd("day87_wrong::no_fake", op._backward,
+                                    setup_context=op._setup_context, lib=library)
+    # Band 2: the compiler can trace it, backward finds no formula.
+    torch.library.register_fake("day87_wrong::no_autograd", op._fake, lib=library)
+
+    def saves_b_then_a(ctx, inputs, output):  # while op._backward unpacks a, b
+        a, b = inputs
+        ctx.save_for_backward(b if ctx.needs_input_grad[0] else None,
+                              a if ctx.needs_input_grad[1] else None)
+
+    torch.library.register_fake("day87_wrong::swapped_saves", op._fake, lib=library)
+    torch.library.register_autograd("day87_wrong::swapped_saves", op._backward,
+                                    setup_context=saves_b_then_a, lib=library)
+
+    def copies_silently(a, b):  # what a library operator does: a hidden .contiguous()
+        return torch.ops.day87.wmma_mm(a.contiguous(), b.contiguous())
+
+    def drops_last_k_step(a, b):  # an off-by-one in the K loop
+        return torch.ops.day87.wmma_mm(a[:, :-16].contiguous(), b[:-16].contiguous())
+
+    def on_default_stream(a, b):  # ignores the caller's stream
+        with torch.cuda.stream(torch.cuda.default_stream(a.device)):
+            return torch.ops.day87.wmma_mm(a, b)
+
+    def checks_for_nan(a, b):  # a helpful check that reads a value back to the host
+        c = torch.ops.day87.wmma_mm(a, b)
+        if not torch.isfinite(c).all():
+            raise RuntimeError("NaN in output")
+        return c
+
+    def plain_matmul(a, b):  # right numbers, but not the registered operator
+        return torch.mm(a.float(), b.float()) if a.is_cuda else torch.mm(a, b)
+
+    return library, {
+        "copies non-contiguous inputs": copies_silently,
+        "drops the last K step": drops_last_k_step,
+        "no fake registered": torch.ops.day87_wrong.no_fake,
+        "no backward registered": torch.ops.day87_wrong.no_autograd,
+        "saves b, a; unpacks a, b": torch.ops.day87_wrong.swapped_saves,
+        "launches on the default stream": on_default_stream,
+        "reads the output back (sync)": checks_for_nan,
+        "plain torch.mm": plain_matmul,
+    }
+
+
+def prove_rows():
+    library, variants = wrong_variants()
+    cases = [
+        ("1 contract, cpu", lambda mm: test_op.check_contract_cpu(mm), "copies non-contiguous inputs"),
+        ("1 contract, cuda", lambda mm: test_op.check_contract_cuda(mm), "copies non-contiguous inputs"),
+        ("2 forward 256x512x384", lambda mm: test_op.forward_on_gpu(mm, 256, 512, 384), "drops the last K step"),
+        ("7 autograd, cpu f64", lambda mm: test_op.check_autograd(mm, "cpu"), "no backward registered"),
+        ("7 autograd, cuda f16", lambda mm: test_op.check_autograd(mm, "cuda"), "no backward registered"),
+        ("7 autograd, cpu f64", lambda mm: test_op.check_autograd(mm, "cpu"), "saves b, a; unpacks a, b"),
+        ("7 autograd, cuda f16", lambda mm: test_op.check_autograd(mm, "cuda"), "saves b, a; unpacks a, b"),
+        ("8 torch.compile, cpu f64", lambda mm: test_op.check_compile(mm, "cpu"), "no fake registered"),
+        ("8 torch.compile, cuda f16", lambda mm: test_op.check_compile(mm, "cuda"), "no fake registered"),
+        ("9 stream order", test_op.check_stream_order, "launches on the default stream"),
+        ("10 profiler", test_op.check_profiler, "plain torch.mm"),
+        ("11 no host sync", test_op.check_no_host_sync, "reads the output back (sync)"),
+        # Last: a capture that fails midway leaves the CUDA generator in capture
+        # state, and every later torch.randn on the GPU in this process raises.
+        ("13 CUDA graph", test_op.check_cuda_graph, "reads the output back (sync)"),
+    ]
+    rows = []
+    for row, check, variant in cases:
+        # `library` rides along in each closure: the wrong operators live only as
+        # long as the Library object that registered them.
+        def caught(check=check, variant=variant, library=library):
+            try:
+                with warnings.catch_warnings():  # the variants' own deprecation warnings
+                    warnings.simplefilter("ignore")
+                    check(variants[variant])
+            except Skip:
+                raise
+            except Exception as error:  # Fail, or the variant's own error: caught either way
+                return f"caught: {str(error).splitlines()[0][:110]}"
+            raise Fail(f"the row passed against the wrong variant '{variant}'")
+
+        rows.append((f"{row}", f"must fail: {variant}", caught))
+    def fuzz_catches(variant="copies non-contiguous inputs", calls=300):
+        from fuzz import fuzz_one
+        devices = ["cpu"] if test_op.why_no_kernel() else ["cpu", "cuda"]
+        failures = [problem for index in range(calls)
+                    for status, problem in [fuzz_one(87, index, devices, variants[variant])] if problem]
+        require(failures, f"{calls} fuzz calls found nothing wrong with '{variant}'")
+        return f"caught: {len(failures)} of {calls} calls, e.g. {failures[0][:80]}"
+
+    rows.insert(-1, ("fuzz, 300 calls", "must fail: copies non-contiguous inputs", fuzz_catches))
+    # The gradcheck row's proof is the table's own 'gradcheck rejects' row.
+    rows.append(("4 gradcheck", "must fail: grad_a scaled by 1.01", test_op.check_gradcheck_rejects))
+    return rows
+
+
+# Registrations of day87::wmma_mm_bias for the exercise grader's self-test:
+# (forward, grad_bias, fake, expected failing questions). A forward or
+# backward entry of None leaves that piece unregistered.
+def _mm(a, b):
+    return torch.ops.day87.wmma_mm(a, b)
+
+
+def _correct_fake(a, b, bias):
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=op.accumulate_dtype(a.dtype))
+
+
+EXERCISE_CASES = {
+    "correct reference": (lambda a, b, bias: _mm(a, b) + bias,
+                          lambda grad: grad.sum(0), _correct_fake, set()),
+    # Wrong in matching ways: the backward agrees with the wrong forward, so only
+    # the forward question can catch it (the lesson's last pitfall).
+    "bias broadcast along rows": (lambda a, b, bias: _mm(a, b) + bias.unsqueeze(1),
+                                  lambda grad: grad.sum(1), _correct_fake, {"forward", "cuda forward"}),
+    "grad_bias over the wrong axis": (lambda a, b, bias: _mm(a, b) + bias,
+                                      lambda grad: grad.sum(1), _correct_fake, {"gradient"}),
+    "grad_bias scaled (mean)": (lambda a, b, bias: _mm(a, b) + bias,
+                                lambda grad: grad.mean(0), _correct_fake, {"gradient"}),
+    "fake with the wrong shape": (lambda a, b, bias: _mm(a, b) + bias, lambda grad: grad.sum(0),
+                                  lambda a, b, bias: a.new_empty(a.shape, dtype=op.accumulate_dtype(a.dtype)),
+                                  {"fake"}),
+    "fake with the wrong dtype": (lambda a, b, bias: _mm(a, b) + bias, lambda grad: grad.sum(0),
+                                  lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32),
+                                  {"fake"}),
+    "no backward registered": (lambda a, b, bias: _mm(a, b) + bias, None, _correct_fake, {"gradient"}),
+    "backward returns None for bias": (lambda a, b, bias: _mm(a, b) + bias,
+                                       lambda grad: None, _correct_fake, {"gradient"}),
+}
+
+
+def register_exercise_case(name):
+    forward, grad_bias, fake, _ = EXERCISE_CASES[name]
+
+    def kernel(a, b, bias):
+        # Opaque to autograd, as a student's C++ kernel is: the backward must
+        # come from the registration, not from autograd tracing these ops.
+        with torch.no_grad():
+            return forward(a, b, bias)
+
+    library = torch.library.Library("day87", "FRAGMENT")
+    library.define("wmma_mm_bias(Tensor a, Tensor b, Tensor bias) -> Tensor")
+    library.impl("wmma_mm_bias", kernel, "CPU")
+    library.impl("wmma_mm_bias", kernel, "CUDA")
+    torch.library.register_fake("day87::wmma_mm_bias", fake, lib=library)
+    if grad_bias is not None:
+        def setup_context(ctx, inputs, output):
+            a, b, _ = inputs
+            ctx.save_for_backward(a, b)
+
+        def backward(ctx, grad):
+            a, b = ctx.saved_tensors
+            grad_a = torch.matmul(grad, b.t().to(grad.dtype)).to(a.dtype)
+            grad_b = torch.matmul(a.t().to(grad.dtype), grad).to(b.dtype)
+            return grad_a, grad_b, grad_bias(grad)
+
+        torch.library.register_autograd("day87::wmma_mm_bias", backward,
+                                        setup_context=setup_context, lib=library)
+    return library
+
+
+QUESTION_OF_ROW = {"6 exercise: forward": "forward", "6 exercise: gradient": "gradient",
+                   "6 exercise: fake": "fake", "6 exercise: cuda forward": "cuda forward"}
+
+
+def grade_exercise_cases():
+    """Run the sixth check once per registration, each in a fresh process (an
+    operator cannot be unregistered), print what each run printed, and return
+    one row per case comparing its verdict with the expected one."""
+    runs = {}
+    for name in EXERCISE_CASES:
+        runs[name] = subprocess.run([sys.executable, os.path.abspath(__file__), "--exercise-case", name],
+                                    capture_output=True, text=True)
+        print(f"--- the sixth check, on the registration '{name}':")
+        print(runs[name].stdout)
+
+    def graded(name):
+        child, expected = runs[name], EXERCISE_CASES[name][-1]
+        failed = {question for line in child.stdout.splitlines() for row, question in QUESTION_OF_ROW.items()
+                  if line.startswith(row) and " FAIL, " in line}
+        if test_op.why_no_kernel():
+            expected = expected - {"cuda forward"}
+        require(child.returncode == (1 if failed else 0),
+                f"exit status {child.returncode}; stderr ends: {child.stderr.strip()[-300:]}")
+        require(failed == expected,
+                f"failed {sorted(failed) or 'nothing'}, expected {sorted(expected) or 'nothing'}")
+        if "gradient" in failed:
+            require(re.search(r"d out\[\d+\]\[\d+\]/d \w+\[", child.stdout),
+                    "the gradient failure names no Jacobian entries")
+        return f"failed {', '.join(sorted(failed)) or 'nothing'}, as expected"
+
+    return [(f"grader: {name}", "the sixth check's verdict", lambda name=name: graded(name))
+            for name in EXERCISE_CASES]
+
+
+def main():
+    if sys.argv[1:2] == ["--exercise-case"]:  # a child of grade_exercise_cases()
+        library = register_exercise_case(sys.argv[2])  # noqa: F841, kept alive
+        sys.exit(0 if test_op.run_table(test_op.exercise_rows()) else 1)
+    test_op.print_provenance()
+    print("Each check, run against a deliberately wrong variant, must fail;")
+    print("the exercise grader must give each registration the expected verdict.\n")
+    ok = test_op.run_table(prove_rows() + grade_exercise_cases())
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,255 @@
+"""test_build.py: the build and the import, on the machines students really have.
+
+    python -m pytest checks/test_build.py          # every check (CI, no GPU)
+    python -m pytest checks/test_build.py -k "keyed or concurrent or reload"   # on a GPU
+
+Each test runs `import op` in fresh processes, against a fresh build cache and,
+where it edits sources, a copy of the lesson's files, so that the repository and
+the user's cache are never touched. Without a GPU, builds target sm_75 alone to
+keep CI short; test_op.py's run in CI builds the whole architecture list.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LESSON_FILES = ("kernel.cu", "binding.cpp", "op.py")
+PRINT_BUILD = "import op; print(op.BUILD['directory'])"
+
+
+def copy_lesson(folder):
+    """A copy of the lesson's files, as the next lesson would make it."""
+    folder.mkdir(parents=True)
+    for name in LESSON_FILES:
+        shutil.copy2(os.path.join(LESSON, name), folder)
+    return str(folder)
+
+
+def environment(cache, **extra):
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(cache), PYTHONUNBUFFERED="1")
+    if not torch.cuda.is_available():
+        env["TORCH_CUDA_ARCH_LIST"] = "7.5"  # one architecture: a short build
+    env.update(extra)
+    return env
+
+
+def import_op(folder, cache, code=PRINT_BUILD, timeout=900, **extra):
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, env=environment(cache, **extra),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def built(result):
+    return "day87: building" in result.stderr
+
+
+def succeeded(result, what):
+    assert result.returncode == 0, f"{what}: exit {result.returncode}: {result.stderr.strip()[-600:]}"
+    return result.stdout.strip().splitlines()[-1]
+
+
+def library_state(directory):
+    """mtimes of what a compiler run or a cpp_extension.load() would rewrite."""
+    return {name: os.stat(os.path.join(directory, name)).st_mtime_ns
+            for name in ("day87_ext.so", "build.ninja") if os.path.exists(os.path.join(directory, name))}
+
+
+def test_keyed_builds(tmp_path, monkeypatch):
+    """Another torch, CUDA build or architecture list names another directory; a
+    warm import runs no compiler; an edited kernel.cu rebuilds."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "key-cache"))
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    sys.path.insert(0, LESSON)
+    import op  # builds once, into this test's own cache
+
+    base = op.build_plan()["directory"]
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "__version__", "0.0.1")
+        assert op.build_plan()["directory"] != base, "another torch version, same directory"
+    if torch.version.cuda:
+        with monkeypatch.context() as patch:
+            patch.setattr(torch.version, "cuda", "99.0")
+            assert op.build_plan()["directory"] != base, "another CUDA build, same directory"
+        monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+        assert op.build_plan()["directory"] != base, "another architecture list, same directory"
+
+    folder, cache = copy_lesson(tmp_path / "keyed"), tmp_path / "keyed-cache"
+    first = import_op(folder, cache)
+    directory = succeeded(first, "cold import")
+    assert built(first), "the cold import did not announce a build"
+    before = library_state(directory)
+    second = import_op(folder, cache)
+    assert succeeded(second, "warm import") == directory, "the warm import chose another directory"
+    assert not built(second) and second.stderr.strip() == "", f"the warm import printed: {second.stderr[:300]}"
+    assert library_state(directory) == before, "the warm import rewrote the library or build.ninja"
+    with open(os.path.join(folder, "kernel.cu"), "a") as kernel:
+        kernel.write("\n// an edit\n")
+    third = import_op(folder, cache)
+    assert built(third) and succeeded(third, "import after an edit") != directory, \
+        "editing kernel.cu did not rebuild into a new directory"
+
+
+def test_copies_of_the_folder(tmp_path):
+    """An edited copy builds its own library beside the original's; both run."""
+    cache = tmp_path / "cache"
+    original, edited = copy_lesson(tmp_path / "original"), copy_lesson(tmp_path / "next-lesson")
+    with open(os.path.join(edited, "binding.cpp"), "a") as binding:
+        binding.write("\n// the next lesson's change\n")
+    first = succeeded(import_op(original, cache), "original")
+    before = library_state(first)
+    second = succeeded(import_op(edited, cache), "edited copy")
+    assert first != second, "the edited copy reused the original's build directory"
+    assert library_state(first) == before, "building the copy touched the original's library"
+    check = ("import torch, op; a = torch.randn(3, 4, dtype=torch.float64); "
+             "b = torch.randn(4, 5, dtype=torch.float64); print(torch.allclose(op.wmma_mm(a, b), a @ b))")
+    for folder in (original, edited):
+        assert succeeded(import_op(folder, cache, check), folder) == "True", f"wrong result from {folder}"
+
+
+def test_concurrent_first_import(tmp_path):
+    """Two processes, one cold cache: one compiles, the other waits and loads."""
+    folder, cache = copy_lesson(tmp_path / "concurrent"), tmp_path / "cache"
+    processes = [subprocess.Popen([sys.executable, "-c", PRINT_BUILD], cwd=folder, env=environment(cache),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    results = [process.communicate(timeout=900) for process in processes]
+    for process, (_, stderr) in zip(processes, results):
+        assert process.returncode == 0, f"an import failed: {stderr.strip()[-400:]}"
+    builders = sum("day87: building" in stderr for _, stderr in results)
+    assert builders == 1, f"{builders} processes compiled, expected exactly 1"
+
+
+def test_killed_build(tmp_path):
+    """SIGKILL mid-build leaves cpp_extension's lock file: the next import removes
+    it and builds. A lock held by a live process fails after a bounded wait."""
+    folder, cache = copy_lesson(tmp_path / "killed"), tmp_path / "cache"
+    cache.mkdir()
+    process = subprocess.Popen([sys.executable, "-c", "import op"], cwd=folder, env=environment(cache),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline, lock = time.monotonic() + 120, None
+    while time.monotonic() < deadline and lock is None:
+        lock = next((str(path) for path in cache.glob("*/lock")), None)
+        time.sleep(0.05)
+    assert lock is not None, "the build never created cpp_extension's lock file"
+    time.sleep(1.0)  # let ninja start the compilers
+    os.killpg(process.pid, signal.SIGKILL)  # the import, ninja and the compilers
+    process.wait()
+    assert os.path.exists(lock), "the kill left no lock file: nothing to recover from"
+    again = import_op(folder, cache, timeout=600)
+    succeeded(again, "the import after the kill")
+    assert "left by a build that was killed" in again.stderr, "the stale lock was not reported"
+
+    from filelock import FileLock
+    directory = os.path.dirname(lock)
+    os.remove(os.path.join(directory, "build-complete"))
+    with FileLock(os.path.join(directory, "op.lock")):
+        blocked = import_op(folder, cache, timeout=60, DAY87_BUILD_LOCK_TIMEOUT_S="3")
+    assert blocked.returncode != 0 and "op.lock" in blocked.stderr and "delete that file" in blocked.stderr, \
+        f"a held lock did not give a bounded, named failure: {blocked.stderr.strip()[-300:]}"
+
+
+RELOAD = """
+import importlib, torch
+import op
+import op
+a = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+b = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+importlib.reload(op)
+importlib.reload(op)
+assert torch.allclose(op.wmma_mm(a, b), a @ b)
+torch.library.opcheck(torch.ops.day87.wmma_mm.default, (a, b))
+assert torch.autograd.gradcheck(op.wmma_mm, (a, b))
+if torch.cuda.is_available():
+    x = torch.randn(128, 64, dtype=torch.half, device="cuda", requires_grad=True)
+    y = torch.randn(64, 256, dtype=torch.half, device="cuda")
+    c = op.wmma_mm(x, y)
+    assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
+    c.sum().backward()
+with open("kernel.cu", "a") as kernel:
+    kernel.write("// edited in the notebook\\n")
+try:
+    importlib.reload(op)
+except RuntimeError as error:
+    print(error)
+assert torch.allclose(op.wmma_mm(a, b), a @ b)
+print("reload ok")
+"""
+
+
+def test_import_twice_and_reload(tmp_path):
+    """Import, import, reload, reload: opcheck and gradcheck still pass. A reload
+    after an edit says that the process must restart."""
+    folder = copy_lesson(tmp_path / "reload")
+    result = import_op(folder, tmp_path / "cache", RELOAD)
+    assert succeeded(result, "import twice and reload") == "reload ok", "the script did not finish"
+    assert "restart the Python process" in result.stdout + result.stderr, \
+        "a reload after editing kernel.cu did not say that a restart is needed"
+
+
+@pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: no toolkit is looked for")
+def test_toolchain_messages(tmp_path):
+    """A mismatched nvcc is refused before compiling; no nvcc builds the CPU part and says so."""
+    folder = copy_lesson(tmp_path / "toolchain")
+    fake_toolkit = tmp_path / "fake-cuda"
+    (fake_toolkit / "bin").mkdir(parents=True)
+    (fake_toolkit / "include").mkdir()
+    (fake_toolkit / "include" / "cuda_runtime.h").touch()
+    nvcc = fake_toolkit / "bin" / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.6, V12.6.85'\n")
+    nvcc.chmod(0o755)
+    mismatch = import_op(folder, tmp_path / "mismatch-cache", CUDA_HOME=str(fake_toolkit))
+    message = mismatch.stderr
+    assert mismatch.returncode != 0 and "12.6" in message and torch.version.cuda in message \
+        and "Fix" in message and "day87: building" not in message, f"mismatched nvcc: {message[-300:]}"
+
+    (tmp_path / "empty-toolkit").mkdir()
+    no_toolkit = import_op(folder, tmp_path / "no-nvcc-cache", CUDA_HOME=str(tmp_path / "empty-toolkit"),
+                           code="import torch, op; print(op.BUILD['with_cuda'])")
+    assert succeeded(no_toolkit, "no nvcc") == "False" and "no CUDA toolkit found" in no_toolkit.stderr, \
+        f"missing nvcc: {no_toolkit.stderr[-300:]}"
+
+
+def test_missing_ninja_and_unwritable_cache(tmp_path):
+    folder = copy_lesson(tmp_path / "toolchain")
+    path_without_ninja = os.pathsep.join(
+        entry for entry in os.environ.get("PATH", "").split(os.pathsep)
+        if entry and not os.path.exists(os.path.join(entry, "ninja")))
+    no_ninja = import_op(folder, tmp_path / "no-ninja-cache", PATH=path_without_ninja)
+    assert no_ninja.returncode != 0 and "pip install ninja" in no_ninja.stderr, \
+        f"missing ninja: {no_ninja.stderr[-300:]}"
+
+    (tmp_path / "a-file").touch()
+    unwritable = import_op(folder, tmp_path / "a-file" / "cache")
+    assert unwritable.returncode != 0 and "TORCH_EXTENSIONS_DIR" in unwritable.stderr \
+        and "cannot write the build cache" in unwritable.stderr, f"unwritable cache: {unwritable.stderr[-300:]}"
+
+
+def test_notebook(tmp_path):
+    """A real Jupyter kernel, started in another folder: the build line shows in
+    the cell's output and the result is right."""
+    nbclient = pytest.importorskip("nbclient", reason="test-only: pip install nbclient ipykernel")
+    import nbformat
+
+    cells = [f"import sys\nsys.path.insert(0, {LESSON!r})\nimport op",
+             "import torch\na = torch.randn(3, 4, dtype=torch.float64)\nb = torch.randn(4, 5, dtype=torch.float64)\n"
+             "print('result matches:', torch.allclose(op.wmma_mm(a, b), a @ b))"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    elsewhere = tmp_path / "notebook-cwd"
+    elsewhere.mkdir()
+    saved = dict(os.environ)
+    os.environ.update(environment(tmp_path / "cache"))
+    try:
+        nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3",
+                                resources={"metadata": {"path": str(elsewhere)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    text = "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", []))
+    assert "day87: building" in text, f"the build notice is not in the cell output: {text[:300]}"
+    assert "result matches: True" in text, f"the call's result is wrong or missing: {text[-300:]}"
