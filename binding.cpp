@@ -45,11 +45,24 @@ std::string text(c10::IntArrayRef values) {
     return joined + "]";
 }
 
-std::string text(const at::Tensor& t) {  // "256x512 Half on cuda:0"
+// A dtype as a student writes it in Python, not as C++ names it (Half).
+std::string text(at::ScalarType dtype) {
+    switch (dtype) {
+        case at::kHalf: return "torch.float16";
+        case at::kFloat: return "torch.float32";
+        case at::kDouble: return "torch.float64";
+        case at::kBFloat16: return "torch.bfloat16";
+        case at::kInt: return "torch.int32";
+        case at::kLong: return "torch.int64";
+        case at::kBool: return "torch.bool";
+        default: return c10::toString(dtype);
+    }
+}
+
+std::string text(const at::Tensor& t) {  // "256x512 torch.float16 on cuda:0"; op.py's _described
     std::string shape;
     for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "x" : "") + text(t.size(d));
-    return (t.dim() ? shape : "scalar") + " " + c10::toString(t.scalar_type()) + " on " +
-           t.device().str();
+    return (t.dim() ? shape : "scalar") + " " + text(t.scalar_type()) + " on " + t.device().str();
 }
 
 // The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
@@ -66,12 +79,13 @@ void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType inpu
                 "day87::wmma_mm: rule 'one device': a and b must be on the same device" + seen());
     TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype,
                 "day87::wmma_mm: rule 'dtype': on " + a.device().str() + " a and b must be " +
-                    c10::toString(input_dtype) + seen());
+                    text(input_dtype) + seen());
     // Checked, never fixed with .contiguous(): that would copy the whole matrix on
     // every call, where the caller cannot see it in a profile.
     TORCH_CHECK(a.is_contiguous() && b.is_contiguous(),
-                "day87::wmma_mm: rule 'contiguous': a and b must be row-major contiguous; got "
-                "strides " + text(a.strides()) + " and " + text(b.strides()) +
+                "day87::wmma_mm: rule 'contiguous': a and b must be row-major contiguous; got a: " +
+                    text(a) + " with strides " + text(a.strides()) + ", b: " + text(b) +
+                    " with strides " + text(b.strides()) +
                     "; call .contiguous() to make the copy explicit");
     TORCH_CHECK(a.size(1) == b.size(0),
                 "day87::wmma_mm: rule 'inner dimensions': a.size(1) must equal b.size(0)" + seen());

@@ -17,6 +17,10 @@ TILE_M, TILE_N, TILE_K = 128, 128, 16
 
 def wmma_mm(a, b):
     """a @ b through day87::wmma_mm: float16 in, float32 out on CUDA; float64 on the CPU."""
+    for name, value in (("a", a), ("b", b)):
+        if not isinstance(value, torch.Tensor):  # the dispatcher would say only "no device"
+            raise TypeError(f"day87::wmma_mm: rule 'two matrices': {name} must be a 2-D tensor; "
+                            f"got {type(value).__name__}")
     return torch.ops.day87.wmma_mm(a, b)
 
 
@@ -33,11 +37,28 @@ def accumulate_dtype(input_dtype):
 def _fake(a, b):
     # Shapes and dtypes only: a fake tensor has no data to read. This is what lets
     # torch.compile plan around the operator instead of breaking the graph there.
-    torch._check(a.dim() == 2 and b.dim() == 2)
-    torch._check(a.shape[1] == b.shape[0])
-    torch._check(a.dtype == b.dtype)
-    torch._check(a.device == b.device)
+    # Each rule it can see is worded as binding.cpp words it, so that a compiled
+    # call fails with the same message as an eager one.
+    def broke(rule, requirement):
+        return lambda: (f"day87::wmma_mm: rule '{rule}': {requirement}; "
+                        f"got a: {_described(a)}, b: {_described(b)}")
+    torch._check(a.dim() == 2 and b.dim() == 2, broke("two matrices", "a and b must be 2-D"))
+    torch._check(a.device == b.device, broke("one device", "a and b must be on the same device"))
+    expected = torch.float16 if a.device.type == "cuda" else torch.float64
+    torch._check(a.dtype == expected and b.dtype == expected,
+                 broke("dtype", f"on {a.device} a and b must be {expected}"))
+    torch._check(a.shape[1] == b.shape[0],
+                 broke("inner dimensions", "a.size(1) must equal b.size(0)"))
+    if a.device.type == "cuda":  # one check per size: each becomes a guard of its own
+        for size, tile in ((a.shape[0], TILE_M), (b.shape[1], TILE_N), (a.shape[1], TILE_K)):
+            torch._check(size % tile == 0, lambda: (
+                f"day87::wmma_mm: rule 'tile': M, N and K must be multiples of {TILE_M}, "
+                f"{TILE_N} and {TILE_K}; got M={a.shape[0]}, N={b.shape[1]}, K={a.shape[1]}"))
     return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))
+
+
+def _described(t):  # "4x3 torch.float64 on cpu", as binding.cpp describes a tensor
+    return f"{'x'.join(str(size) for size in t.shape) or 'scalar'} {t.dtype} on {t.device}"
 
 
 def _setup_context(ctx, inputs, output):
@@ -51,6 +72,10 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     # c[i][j] = sum_p a[i][p] b[p][j], so dL/da = grad @ b^T and dL/db = a^T @ grad.
     a, b = ctx.saved_tensors
+    if grad.is_cuda and _FP16_PRODUCTS_TO_FP32:
+        return _backward_on_tensor_cores(ctx, grad, a, b)
+    # The float64 path, and CUDA on a torch without mm(out_dtype=): the lesson's
+    # formula, two library matmuls in the accumulate dtype.
     grad_a, grad_b = None, None
     if ctx.needs_input_grad[0]:
         # a is None on this branch (see _setup_context); b has the same dtype.
@@ -59,6 +84,34 @@ def _backward(ctx, grad):
     if ctx.needs_input_grad[1]:
         wide_a = a.transpose(0, 1).to(grad.dtype)
         grad_b = torch.matmul(wide_a, grad).to(a.dtype)
+    return grad_a, grad_b
+
+
+# torch 2.8 and newer: torch.mm(fp16, fp16, out_dtype=torch.float32) on CUDA.
+_FP16_PRODUCTS_TO_FP32 = "dtype" in torch.ops.aten.mm.overloads()
+
+
+def _backward_on_tensor_cores(ctx, grad, a, b):
+    """The same two products with FP16 operands on tensor cores, accumulated in
+    FP32: the lesson's FP32 matmuls run on CUDA cores, several times slower.
+    grad arrives in FP32, and cast as it is, its small values would be lost (FP16's
+    smallest normal is 2^-14, about 6e-5). So it is first multiplied by the power
+    of two that puts its largest element in [2^14, 2^15): exact, since only
+    exponents move, and computed on the device, so the host never waits. The
+    products are divided by the same power of two, exactly, then stored in FP16."""
+    largest = torch.linalg.vector_norm(grad, float("inf")) if grad.numel() else grad.new_zeros(())
+    shift = (15 - torch.frexp(largest).exponent).clamp(-126, 126)
+    # 2^shift and 2^-shift built from their FP32 bits: exact by construction.
+    scale, unscale = ((shift + 127) << 23).view(torch.float32), ((127 - shift) << 23).view(torch.float32)
+    # One pass each way: out= multiplies in FP32 and rounds once into FP16.
+    half_grad = torch.mul(grad, scale, out=torch.empty_like(grad, dtype=torch.half))
+    grad_a, grad_b = None, None
+    if ctx.needs_input_grad[0]:  # b.t() is a view: cuBLAS reads it transposed, no copy
+        grad_a = torch.mm(half_grad, b.t(), out_dtype=torch.float32)
+        grad_a = torch.mul(grad_a, unscale, out=torch.empty_like(grad_a, dtype=torch.half))
+    if ctx.needs_input_grad[1]:
+        grad_b = torch.mm(a.t(), half_grad, out_dtype=torch.float32)
+        grad_b = torch.mul(grad_b, unscale, out=torch.empty_like(grad_b, dtype=torch.half))
     return grad_a, grad_b
 
 
@@ -81,6 +134,7 @@ import hashlib  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
+import stat  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
@@ -182,7 +236,8 @@ def _build(plan):
     from filelock import FileLock, Timeout  # torch depends on filelock
 
     try:
-        os.makedirs(plan["directory"], exist_ok=True)
+        os.makedirs(plan["directory"], mode=0o700, exist_ok=True)  # private to its owner
+        _refuse_unless_private(plan["directory"])
         # An flock underneath: the kernel releases it when its holder dies, so a
         # killed build never blocks the next one.
         lock = FileLock(os.path.join(plan["directory"], "op.lock"))
@@ -217,8 +272,11 @@ def _build(plan):
         _say(f"building the extension {what} in {plan['directory']}; "
              "a first build takes tens of seconds")
         _compile(plan)
+        # A umask of 002 would leave the library group-writable, and the check
+        # before every load would then refuse it.
+        os.chmod(plan["library"], os.stat(plan["library"]).st_mode & ~0o022)
         with open(plan["done_marker"], "w") as marker:
-            marker.write(plan["key"] + "\n")
+            marker.write(f"{plan['key']}\n{HERE}\n")  # the folder it was built from
     finally:
         lock.release()
 
@@ -249,25 +307,56 @@ def _compile(plan):
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
+def _refuse_unless_private(*paths):
+    """A library is code this process will run: refuse a build folder, or a file
+    in it, that another user owns or could have written (a shared cache in /tmp,
+    say), and a cache folder where others could swap the build folder."""
+    cache_root = os.path.dirname(paths[0])
+    mode = os.stat(cache_root).st_mode
+    problems = [f"{cache_root} is writable by others and not sticky"] if (
+        mode & stat.S_IWOTH and not mode & stat.S_ISVTX) else []
+    for path in filter(os.path.exists, paths):
+        info = os.stat(path)
+        if info.st_uid != os.getuid():
+            problems.append(f"{path} belongs to user {info.st_uid}, not to you ({os.getuid()})")
+        elif info.st_mode & 0o022:
+            problems.append(f"{path} is writable by others (mode {stat.filemode(info.st_mode)})")
+    if problems:
+        raise RuntimeError(f"day87: refusing to load a library that someone else could have written: "
+                           f"{'; '.join(problems)}. Fix: set TORCH_EXTENSIONS_DIR to a folder of your "
+                           "own (the default, ~/.cache/torch_extensions, is one), or delete that folder.")
+
+
 def _load():
     """Load the library once per process; build it first where needed."""
     plan = build_plan()
-    if hasattr(torch.ops.day87, "wmma_mm"):
-        # Already loaded: a reload, or a second import. Loading another build
-        # would register the day87 namespace twice, which aborts the process.
-        loaded = globals().get("BUILD")
-        if loaded is not None and loaded["key"] != plan["key"]:
-            _say("kernel.cu or binding.cpp changed since this process loaded day87; "
-                 "restart the Python process (the notebook kernel) to load the new build")
-            return loaded
-        return plan
+    loaded = [path for path in torch.ops.loaded_libraries
+              if os.path.basename(path) == f"{EXTENSION_NAME}.so"]
+    if loaded and loaded[0] == plan["library"]:
+        return plan  # a reload or a second copy of identical sources: the same library
+    if loaded:
+        # TORCH_LIBRARY(day87, ...) can run once per process: a second library
+        # registering the namespace would abort the interpreter.
+        with open(os.path.join(os.path.dirname(loaded[0]), "build-complete")) as marker:
+            built_from = (marker.read().split("\n") + ["", ""])[1] or "an unknown folder"
+        raise RuntimeError(
+            f"day87: torch.ops.day87 is already served by {loaded[0]}, built from {built_from}. "
+            f"op.py in {HERE} needs {plan['library']}: its kernel.cu or binding.cpp differ, and "
+            "a process can load one build of the day87 namespace. Fix: restart the Python "
+            "process (the notebook kernel) and import one of them; to compare two lessons in "
+            "one process, give the next one's namespace a name of its own.")
     if torch.version.cuda and not plan["with_cuda"]:
         _say("no CUDA toolkit found (CUDA_HOME, the nvcc on PATH, /usr/local/cuda): only "
              "the CPU implementation is built, and calls on CUDA tensors will fail. Install "
              f"the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to build the kernel.")
     if not os.path.exists(plan["done_marker"]):
         _build(plan)
-    torch.ops.load_library(plan["library"])
+    _refuse_unless_private(plan["directory"], plan["library"], plan["done_marker"])
+    try:
+        torch.ops.load_library(plan["library"])
+    except OSError as error:
+        raise RuntimeError(f"day87: cannot load {plan['library']} ({error}). The build there is "
+                           f"damaged; delete {plan['directory']} and import again to rebuild it.") from None
     return plan
 
 

@@ -20,9 +20,15 @@ if __name__ == "__main__":
 
 import datetime  # noqa: E402
 import faulthandler  # noqa: E402
+import logging  # noqa: E402
 import math  # noqa: E402
+import os  # noqa: E402
 import platform  # noqa: E402
 import warnings  # noqa: E402
+
+# torch.compile's on-disk autograd cache can serve a backward compiled before
+# op.py's _backward was edited (pytorch/pytorch#144344): test the one there now.
+os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
 
 import torch  # noqa: E402
 from torch.autograd.gradcheck import GradcheckError  # noqa: E402
@@ -36,11 +42,11 @@ import op  # noqa: E402
 # exception is a failure too, reported with its type.
 # ---------------------------------------------------------------------------
 class Skip(Exception):
-    pass
+    """The row cannot run here; the message says why."""
 
 
 class Fail(Exception):
-    pass
+    """The row ran and found a defect; the message says which."""
 
 
 def require(condition, message):
@@ -167,47 +173,41 @@ def expect_raise(mm, a, b, rule):
         require(f"'{rule}'" in str(error),
                 f"rule '{rule}': raised, but the message does not name it: {error}")
         return str(error)
-    raise Fail(f"rule '{rule}': the call returned instead of raising "
-               f"(a {tuple(a.shape)} {a.dtype} {a.device}, strides {a.stride()}; "
-               f"b {tuple(b.shape)} {b.dtype} {b.device}, strides {b.stride()})")
+    raise Fail(f"rule '{rule}': the call returned instead of raising (a: {describe(a)}; b: {describe(b)})")
 
 
-def contract_calls_cpu():
-    f64 = torch.float64
-    return [
-        (fresh(4, 3, dtype=torch.float32), fresh(3, 5, dtype=torch.float32), "dtype"),
-        (fresh(4, 3, dtype=f64), fresh(3, dtype=f64), "two matrices"),
-        (fresh(4, 3, dtype=f64), fresh(7, 5, dtype=f64), "inner dimensions"),
-        (fresh(4, 3, dtype=f64), fresh(5, 3, dtype=f64).t(), "contiguous"),
-    ]
+def describe(t):
+    return f"{tuple(t.shape)} {t.dtype} {t.device}, strides {t.stride()}" if torch.is_tensor(t) else repr(t)
 
 
-def check_contract_cpu(mm):
-    calls = contract_calls_cpu()
+def contract_calls(device):
+    """Calls that break one rule each: (a, b, the rule)."""
+    if device == "cpu":
+        f64 = torch.float64
+        return [(fresh(4, 3, dtype=torch.float32), fresh(3, 5, dtype=torch.float32), "dtype"),
+                (fresh(4, 3, dtype=f64), fresh(3, dtype=f64), "two matrices"),
+                (None, fresh(3, 5, dtype=f64), "two matrices"),
+                (fresh(4, 3, dtype=f64), fresh(7, 5, dtype=f64), "inner dimensions"),
+                (fresh(4, 3, dtype=f64), fresh(5, 3, dtype=f64).t(), "contiguous")]
+    half, gpu, flat = torch.half, "cuda", fresh(128 * 16 + 1, dtype=torch.half, device="cuda")
+    return [(fresh(128, 16, dtype=torch.float32, device=gpu), fresh(16, 128, dtype=torch.float32, device=gpu), "dtype"),
+            (fresh(128, 16, dtype=half, device=gpu), fresh(16, 128, dtype=half), "one device"),
+            (fresh(128, 16, dtype=half, device=gpu), fresh(128, 16, dtype=half, device=gpu).t(), "contiguous"),
+            (fresh(100, 16, dtype=half, device=gpu), fresh(16, 128, dtype=half, device=gpu), "tile"),
+            (flat[1:].view(128, 16), fresh(16, 128, dtype=half, device=gpu), "alignment")]
+
+
+def check_contract(mm, device):
+    """Failure modes: a rule that is not checked returns garbage (a transposed view
+    read row-major) or faults (a misaligned 16-byte copy): a return, not a raise."""
+    if device == "cuda":
+        require_gpu()
+    calls = contract_calls(device)
     for a, b, rule in calls:
         expect_raise(mm, a, b, rule)
-    return f"{len(calls)} calls raised, each naming its rule"
-
-
-def check_contract_cuda(mm):
-    # Failure modes: a rule that is not checked returns garbage (a transposed view
-    # read row-major) or faults (a misaligned 16-byte copy), and the row sees a
-    # return where it expects a raise.
-    require_gpu()
-    half, gpu = torch.half, "cuda"
-    flat = fresh(128 * 16 + 1, dtype=half, device=gpu)
-    calls = [
-        (fresh(128, 16, dtype=torch.float32, device=gpu), fresh(16, 128, dtype=torch.float32, device=gpu), "dtype"),
-        (fresh(128, 16, dtype=half, device=gpu), fresh(16, 128, dtype=half), "one device"),
-        (fresh(128, 16, dtype=half, device=gpu), fresh(128, 16, dtype=half, device=gpu).t(), "contiguous"),
-        (fresh(100, 16, dtype=half, device=gpu), fresh(16, 128, dtype=half, device=gpu), "tile"),
-        (flat[1:].view(128, 16), fresh(16, 128, dtype=half, device=gpu), "alignment"),
-    ]
-    for a, b, rule in calls:
-        expect_raise(mm, a, b, rule)
-    # Five errors later the CUDA context must still be usable.
-    forward_on_gpu(mm, 128, 128, 16)
-    return f"{len(calls)} calls raised, each naming its rule; a valid call still works"
+    if device == "cuda":  # after the errors, the CUDA context must still work
+        forward_on_gpu(mm, op.TILE_M, op.TILE_N, op.TILE_K)
+    return f"{len(calls)} calls raised, each naming its rule" + ("; a valid call still works" if device == "cuda" else "")
 
 
 def check_opcheck(device):
@@ -295,51 +295,100 @@ def check_autograd(mm, device):
 
 
 def check_compile(mm, device):
-    """fullgraph=True, forward and backward, static and dynamic shapes.
-    Failure mode: without a fake implementation Dynamo cannot trace the call; with
-    fullgraph=True that raises, without it the graph would split in two."""
-    import torch._dynamo
+    """fullgraph=True, forward and backward, static and dynamic shapes, equal to
+    eager. Failure mode: without a fake implementation Dynamo cannot trace the
+    call; with fullgraph=True that raises, without it the graph would split."""
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
 
     if device == "cuda":
         require_gpu()
-        # Distinct M, K and N: where two sizes are equal, Dynamo gives them one
-        # symbol ("duck sizing"), and a later call where they differ recompiles.
-        dtype, shapes = torch.half, [(128, 32, 256), (256, 64, 384)]
-    else:
-        dtype, shapes = torch.float64, [(4, 3, 5), (6, 7, 2)]
-
-    def model(a, b, scale):
-        return torch.relu(mm(a, b)) * scale
-
+    # Distinct M, K and N: Dynamo gives equal sizes one symbol ("duck sizing"),
+    # and a later call where they differ would recompile.
+    dtype, shapes = ((torch.half, [(128, 32, 256), (256, 64, 384)]) if device == "cuda"
+                     else (torch.float64, [(4, 3, 5), (6, 7, 2)]))
     report = []
     for dynamic in (False, True):
         torch._dynamo.reset()
         counters.clear()
-        # aot_eager: Dynamo and AOTAutograd trace with fake tensors exactly as
-        # inductor would, and the compiled graph runs the same kernels as eager,
-        # so outputs and gradients must equal eager to the dtype's tolerance.
+        # aot_eager traces with fake tensors as inductor would, and runs the same
+        # kernels as eager: outputs and gradients must equal eager's.
         counter = CompileCounterWithBackend("aot_eager")
-        compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=dynamic)
+        compiled = torch.compile(lambda a, b, s: torch.relu(mm(a, b)) * s, backend=counter,
+                                 fullgraph=True, dynamic=dynamic)
         for m, k, n in shapes if dynamic else shapes[:1]:
-            a = fresh(m, k, dtype=dtype, device=device, requires_grad=True)
-            b = fresh(k, n, dtype=dtype, device=device, requires_grad=True)
+            a, b = fresh(m, k, dtype=dtype, device=device), fresh(k, n, dtype=dtype, device=device)
             scale = fresh(n, dtype=op.accumulate_dtype(dtype), device=device)
-            eager_inputs = [t.detach().clone().requires_grad_() for t in (a, b)]
-            expected = model(*eager_inputs, scale)
-            got = compiled(a, b, scale)
+            eager, graph = [[t.clone().requires_grad_() for t in (a, b)] for _ in range(2)]
+            expected, got = torch.relu(mm(*eager)) * scale, compiled(*graph, scale)
             torch.testing.assert_close(got, expected)
             grad = torch.randn_like(got)
-            got.backward(grad)
             expected.backward(grad)
-            torch.testing.assert_close(a.grad, eager_inputs[0].grad)
-            torch.testing.assert_close(b.grad, eager_inputs[1].grad)
-        breaks = sum(counters["graph_break"].values())
-        require(counter.frame_count == 1 and breaks == 0,
-                f"{'dynamic' if dynamic else 'static'}: {counter.frame_count} graphs, {breaks} breaks")
-        report.append(f"{'dynamic' if dynamic else 'static'}: 1 graph, 0 breaks")
+            got.backward(grad)
+            for mine, theirs in zip(graph, eager):
+                torch.testing.assert_close(mine.grad, theirs.grad)
+        breaks, kind = sum(counters["graph_break"].values()), "dynamic" if dynamic else "static"
+        require(counter.frame_count == 1 and breaks == 0, f"{kind}: {counter.frame_count} graphs, {breaks} breaks")
+        report.append(f"{kind}: 1 graph, 0 breaks")
     return "; ".join(report) + "; equal to eager"
+
+
+def check_compile_errors(mm, device):
+    """Each rule the fake implementation can see must fail a compiled call with
+    eager's message: the rule and the values. Failure modes: a bare torch._check
+    says only "Expected cond to be True"; a TypeError in the fake prints a wall
+    of "fake tensor raised TypeError" log before the error."""
+    if device == "cuda":
+        require_gpu()
+    # Contiguity and alignment are not the fake's to check: a fake tensor's strides
+    # under compile need not be eager's, and it has no address.
+    calls = [call for call in contract_calls(device)
+             if call[2] not in ("contiguous", "alignment") and call[0] is not None]
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    records, recorder = [], Recorder(logging.WARNING)
+    logging.getLogger("torch").addHandler(recorder)
+    try:
+        for a, b, rule in calls:
+            eager = expect_raise(mm, a, b, rule).splitlines()[0]
+            torch._dynamo.reset()
+            compiled = expect_raise(torch.compile(mm, backend="aot_eager", fullgraph=True), a, b, rule)
+            require(eager in compiled, f"rule '{rule}': eager says {eager!r}, compiled says {compiled[:300]!r}")
+    finally:
+        logging.getLogger("torch").removeHandler(recorder)
+    require(not records, f"{len(records)} log lines while compiling, e.g. {records[0][:200]!r}" if records else "")
+    return f"{len(calls)} rules: compiled errors carry eager's message, and no log"
+
+
+def check_backward_accuracy(mm):
+    """grad_a and grad_b from FP32 gradients of two kinds against float64, within
+    error_ratio's bound for an FP16-rounded, power-of-two-scaled grad, and no worse
+    than the fp16 autocast path (grad cast to FP16 as it is). Small gradients
+    first: a backward that keeps the scale of an earlier call overflows on the
+    randn ones. Failure mode: grad cast to FP16 unscaled loses values under 6e-5."""
+    require_gpu()
+    m, k, n = 256, 384, 512
+    report = []
+    for regime in ("1e-7..1e-5", "randn"):
+        a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
+        b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
+        grad = torch.randn(m, n, device="cuda")
+        if regime != "randn":
+            grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
+        mm(a, b).backward(grad)
+        worst = max(error_ratio(a.grad, grad, b.t(), rounded_left=True),
+                    error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
+        require(worst <= 1.0, f"{regime}: {100 * worst:.3g}% of the bound")
+        reference = grad.double() @ b.double().t()
+        error = (a.grad.double() - reference).norm() / reference.norm()
+        fp16_path = (grad.half() @ b.t()).double()
+        fp16_error = (fp16_path - reference).norm() / reference.norm()
+        require(error <= 1.01 * fp16_error, f"{regime}: relative error {error:.2e}, fp16 path {fp16_error:.2e}")
+        report.append(f"{regime}: {100 * worst:.1f}% of bound, {error:.1e} (fp16 path {fp16_error:.1e})")
+    return "; ".join(report)
 
 
 def check_stream_order(mm):
@@ -366,29 +415,37 @@ def check_stream_order(mm):
 
 
 def check_cuda_graph(mm):
-    """Captured once, replayed on new values. Failure mode: an op that synchronizes
-    or reads a value back cannot be captured at all; one that allocates or
-    launches off the capturing stream replays stale or unwritten results."""
+    """Forward and backward captured once, replayed on new values and gradients
+    of other magnitudes. Failure modes: an op or backward that synchronizes or
+    reads a value back cannot be captured; one that launches off the capturing
+    stream, or keeps a scale from capture time, replays stale or overflowed results."""
     require_gpu()
-    a, b = fresh(256, 128, dtype=torch.half, device="cuda"), fresh(128, 512, dtype=torch.half, device="cuda")
+    a = fresh(256, 128, dtype=torch.half, device="cuda", requires_grad=True)
+    b = fresh(128, 512, dtype=torch.half, device="cuda", requires_grad=True)
+    grad = fresh(256, 512, dtype=torch.float32, device="cuda")
     warmup = torch.cuda.Stream()
     warmup.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(warmup):
-        mm(a, b)
+        mm(a, b).backward(grad)
     torch.cuda.current_stream().wait_stream(warmup)
+    a.grad = b.grad = None  # the capture allocates them, and each replay rewrites them
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         c = mm(a, b)
+        c.backward(grad)
     worst = 0.0
-    for _ in range(3):
-        a.copy_(fresh(*a.shape, dtype=torch.half))
-        b.copy_(fresh(*b.shape, dtype=torch.half))
-        c.fill_(math.nan)  # a replay that writes nothing leaves NaN
+    for magnitude in (1e-6, 1.0, 1e3):
+        with torch.no_grad():
+            a.copy_(fresh(*a.shape, dtype=torch.half))
+            b.copy_(fresh(*b.shape, dtype=torch.half))
+            grad.copy_(magnitude * fresh(*grad.shape, dtype=torch.float32))
+            c.fill_(math.nan)  # a replay that writes nothing leaves NaN
         graph.replay()
         torch.cuda.synchronize()
-        worst = max(worst, error_ratio(c, a, b))
-        require(worst <= 1.0, f"replay result is {100 * worst:.3g}% of bound")
-    return f"3 replays on new values, worst {100 * worst:.1f}% of bound"
+        worst = max(worst, error_ratio(c, a, b), error_ratio(a.grad, grad, b.t(), rounded_left=True),
+                    error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
+        require(worst <= 1.0, f"replay with gradients of {magnitude:g}: {100 * worst:.3g}% of bound")
+    return f"3 replays, gradients 1e-6 to 1e3, worst {100 * worst:.1f}% of bound"
 
 
 def check_profiler(mm):
@@ -535,11 +592,12 @@ def exercise_fake():
     return "opcheck test_schema, test_faketensor"
 
 
-def exercise_cuda_forward(shape):
+def exercise_cuda_forward():
     require_gpu()
     if not torch._C._dispatch_has_kernel_for_dispatch_key("day87::wmma_mm_bias", "CUDA"):
         raise Skip("wmma_mm_bias has no CUDA implementation")
-    return forward_on_gpu(torch.ops.day87.wmma_mm_bias, *shape, bias=True)
+    return ", ".join(forward_on_gpu(torch.ops.day87.wmma_mm_bias, *shape, bias=True)
+                     for shape in ((256, 512, 384), (512, 1024, 128)))
 
 
 def no_exercise_yet():
@@ -553,10 +611,7 @@ def exercise_rows():
         ("6 exercise: forward", "a @ b + bias (added to every row), cpu f64", exercise_forward),
         ("6 exercise: gradient", "grad_a, grad_b, grad_bias vs numerical Jacobian", exercise_gradient),
         ("6 exercise: fake", "fake impl's shape and dtype under opcheck", exercise_fake),
-        ("6 exercise: cuda forward 256x512x384", "f16 in, f32 out vs float64, with bias",
-         lambda: exercise_cuda_forward((256, 512, 384))),
-        ("6 exercise: cuda forward 512x1024x128", "f16 in, f32 out vs float64, with bias",
-         lambda: exercise_cuda_forward((512, 1024, 128))),
+        ("6 exercise: cuda forward", "both lesson shapes, f16 in, f32 out vs float64", exercise_cuda_forward),
     ]
 
 
@@ -566,8 +621,8 @@ def exercise_rows():
 def lesson_rows():
     mm = op.wmma_mm
     return [
-        ("1 contract, cpu", "calls that must raise, naming their rule", lambda: check_contract_cpu(mm)),
-        ("1 contract, cuda", "calls that must raise, naming their rule", lambda: check_contract_cuda(mm)),
+        ("1 contract, cpu", "calls that must raise, naming their rule", lambda: check_contract(mm, "cpu")),
+        ("1 contract, cuda", "calls that must raise, naming their rule", lambda: check_contract(mm, "cuda")),
         ("2 forward 256x512x384", "kernel vs float64 CPU reference", lambda: forward_on_gpu(mm, 256, 512, 384)),
         ("2 forward 512x1024x128", "kernel vs float64 CPU reference", lambda: forward_on_gpu(mm, 512, 1024, 128)),
         ("3 opcheck, cpu f64", "schema, fake impl, autograd registration", lambda: check_opcheck("cpu")),
@@ -579,34 +634,29 @@ def lesson_rows():
         ("7 autograd, cuda f16", "only a, only b, both: grads vs float64", lambda: check_autograd(mm, "cuda")),
         ("8 torch.compile, cpu f64", "fullgraph fwd+bwd, static+dynamic, vs eager", lambda: check_compile(mm, "cpu")),
         ("8 torch.compile, cuda f16", "fullgraph fwd+bwd, static+dynamic, vs eager", lambda: check_compile(mm, "cuda")),
+        ("8 compile errors, cpu f64", "each rule the fake sees: eager's message", lambda: check_compile_errors(mm, "cpu")),
+        ("8 compile errors, cuda f16", "each rule the fake sees: eager's message", lambda: check_compile_errors(mm, "cuda")),
         ("9 stream order", "inputs written late on a side stream", lambda: check_stream_order(mm)),
         ("10 profiler", "day87::wmma_mm with its kernel under it", lambda: check_profiler(mm)),
         ("11 no host sync", "fwd+bwd under sync debug mode 'error'", lambda: check_no_host_sync(mm)),
         ("12 device guard", "call on cuda:1 from current device 0", lambda: check_device_guard(mm)),
+        ("13 backward accuracy", "grads from 1e-7..1e-5 and randn vs float64", lambda: check_backward_accuracy(mm)),
         # Last: a capture that fails leaves the CUDA generator in capture state,
         # and every later torch.randn on the GPU in this process would raise.
-        ("13 CUDA graph", "captured once, replayed on new values", lambda: check_cuda_graph(mm)),
+        ("14 CUDA graph", "fwd+bwd captured once, replayed on new values", lambda: check_cuda_graph(mm)),
     ]
 
 
 def print_provenance():
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"python {platform.python_version()}, torch {torch.__version__}, "
-          f"built for CUDA {torch.version.cuda}")
-    print(f"torch.cuda.get_arch_list(): {torch.cuda.get_arch_list()}")
-    cuda_home = op.BUILD["cuda_home"]
-    print("nvcc --version:" + ("\n    " + op.nvcc_version_text(cuda_home).replace("\n", "\n    ")
-                               if cuda_home else " not found"))
-    if torch.cuda.is_available():
-        for index in range(torch.cuda.device_count()):
-            major, minor = torch.cuda.get_device_capability(index)
-            print(f"device {index}: {torch.cuda.get_device_name(index)}, capability {major}.{minor}")
-    else:
-        print("device: no GPU visible")
-    built = op.BUILD
-    print(f"extension: {'CUDA + CPU' if built['with_cuda'] else 'CPU only'}, "
-          f"architectures {built['archs']}, in {built['directory']}")
-    print()
+    built, cuda_home = op.BUILD, op.BUILD["cuda_home"]
+    nvcc = op.nvcc_version_text(cuda_home).replace("\n", "\n    ") if cuda_home else "not found"
+    devices = [f"device {i}: {torch.cuda.get_device_name(i)}, capability {torch.cuda.get_device_capability(i)}"
+               for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else ["device: no GPU visible"]
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
+          f"python {platform.python_version()}, torch {torch.__version__}, built for CUDA {torch.version.cuda}",
+          f"torch.cuda.get_arch_list(): {torch.cuda.get_arch_list()}", f"nvcc --version:\n    {nvcc}", *devices,
+          f"extension: {'CUDA + CPU' if built['with_cuda'] else 'CPU only'}, architectures {built['archs']}, "
+          f"in {built['directory']}\n", sep="\n")
 
 
 def main():

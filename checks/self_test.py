@@ -10,6 +10,7 @@ day87::wmma_mm_bias, each in a fresh process (an operator cannot be
 unregistered), and each verdict must be the expected one.
 """
 
+import math
 import os
 import re
 import subprocess
@@ -30,13 +31,17 @@ def wrong_variants():
     library.define("no_fake(Tensor a, Tensor b) -> Tensor")
     library.define("no_autograd(Tensor a, Tensor b) -> Tensor")
     library.define("swapped_saves(Tensor a, Tensor b) -> Tensor")
+    library.define("bare_fake(Tensor a, Tensor b) -> Tensor")
+    library.define("syncing_backward(Tensor a, Tensor b) -> Tensor")
+    library.define("stale_scale(Tensor a, Tensor b) -> Tensor")
+    library.define("unscaled(Tensor a, Tensor b) -> Tensor")
     def opaque_kernel(a, b):
         # Like a C++ kernel, invisible to autograd: without no_grad, autograd
         # would record the inner wmma_mm call and differentiate through it.
         with torch.no_grad():
             return torch.ops.day87.wmma_mm(a, b)
 
-    for name in ("no_fake", "no_autograd", "swapped_saves"):
+    for name in ("no_fake", "no_autograd", "swapped_saves", "bare_fake", "syncing_backward", "stale_scale", "unscaled"):
         for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
             library.impl(name, opaque_kernel, device)
     # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler cannot trace.
@@ -53,6 +58,42 @@ def wrong_variants():
     torch.library.register_fake("day87_wrong::swapped_saves", op._fake, lib=library)
     torch.library.register_autograd("day87_wrong::swapped_saves", op._backward,
                                     setup_context=saves_b_then_a, lib=library)
+
+    def bare_fake(a, b):  # the lesson's fake as printed: its checks carry no message
+        torch._check(a.dim() == 2 and b.dim() == 2)
+        torch._check(a.shape[1] == b.shape[0])
+        torch._check(a.dtype == b.dtype)
+        torch._check(a.device == b.device)
+        return a.new_empty((a.shape[0], b.shape[1]), dtype=op.accumulate_dtype(a.dtype))
+
+    torch.library.register_fake("day87_wrong::bare_fake", bare_fake, lib=library)
+
+    def products(ctx, half_grad, scale):  # grad_a, grad_b from an FP16 grad scaled by `scale`
+        a, b = ctx.saved_tensors
+        return ((torch.mm(half_grad, b.t(), out_dtype=torch.float32) / scale).half() if b is not None else None,
+                (torch.mm(a.t(), half_grad, out_dtype=torch.float32) / scale).half() if a is not None else None)
+
+    def syncing_backward(ctx, grad):  # the scale computed on the host: .item() waits for the GPU
+        largest = torch.linalg.vector_norm(grad, float("inf")).item()
+        scale = 2.0 ** (15 - math.frexp(largest)[1]) if largest else 1.0
+        return products(ctx, (grad * scale).half(), scale)
+
+    kept = {}
+
+    def stale_scale_backward(ctx, grad):  # keeps the scale of the first gradient it saw
+        if "scale" not in kept:
+            exponent = torch.frexp(torch.linalg.vector_norm(grad, float("inf"))).exponent
+            kept["scale"] = torch.exp2((15 - exponent).float())
+        return products(ctx, (grad * kept["scale"]).half(), kept["scale"])
+
+    def unscaled_backward(ctx, grad):  # what autocast does: grad cast to FP16 as it is
+        return products(ctx, grad.half(), 1.0)
+
+    for name, backward in (("syncing_backward", syncing_backward), ("stale_scale", stale_scale_backward),
+                           ("unscaled", unscaled_backward)):
+        torch.library.register_fake(f"day87_wrong::{name}", op._fake, lib=library)
+        torch.library.register_autograd(f"day87_wrong::{name}", backward,
+                                        setup_context=op._setup_context, lib=library)
 
     def copies_silently(a, b):  # what a library operator does: a hidden .contiguous()
         return torch.ops.day87.wmma_mm(a.contiguous(), b.contiguous())
@@ -79,6 +120,10 @@ def wrong_variants():
         "no fake registered": torch.ops.day87_wrong.no_fake,
         "no backward registered": torch.ops.day87_wrong.no_autograd,
         "saves b, a; unpacks a, b": torch.ops.day87_wrong.swapped_saves,
+        "fake with bare torch._check": torch.ops.day87_wrong.bare_fake,
+        "backward computes its scale on the host": torch.ops.day87_wrong.syncing_backward,
+        "backward keeps its first scale": torch.ops.day87_wrong.stale_scale,
+        "backward casts grad to FP16 unscaled": torch.ops.day87_wrong.unscaled,
         "launches on the default stream": on_default_stream,
         "reads the output back (sync)": checks_for_nan,
         "plain torch.mm": plain_matmul,
@@ -88,8 +133,8 @@ def wrong_variants():
 def prove_rows():
     library, variants = wrong_variants()
     cases = [
-        ("1 contract, cpu", lambda mm: test_op.check_contract_cpu(mm), "copies non-contiguous inputs"),
-        ("1 contract, cuda", lambda mm: test_op.check_contract_cuda(mm), "copies non-contiguous inputs"),
+        ("1 contract, cpu", lambda mm: test_op.check_contract(mm, "cpu"), "copies non-contiguous inputs"),
+        ("1 contract, cuda", lambda mm: test_op.check_contract(mm, "cuda"), "copies non-contiguous inputs"),
         ("2 forward 256x512x384", lambda mm: test_op.forward_on_gpu(mm, 256, 512, 384), "drops the last K step"),
         ("7 autograd, cpu f64", lambda mm: test_op.check_autograd(mm, "cpu"), "no backward registered"),
         ("7 autograd, cuda f16", lambda mm: test_op.check_autograd(mm, "cuda"), "no backward registered"),
@@ -97,12 +142,18 @@ def prove_rows():
         ("7 autograd, cuda f16", lambda mm: test_op.check_autograd(mm, "cuda"), "saves b, a; unpacks a, b"),
         ("8 torch.compile, cpu f64", lambda mm: test_op.check_compile(mm, "cpu"), "no fake registered"),
         ("8 torch.compile, cuda f16", lambda mm: test_op.check_compile(mm, "cuda"), "no fake registered"),
+        ("8 compile errors, cpu f64", lambda mm: test_op.check_compile_errors(mm, "cpu"), "fake with bare torch._check"),
+        ("8 compile errors, cuda f16", lambda mm: test_op.check_compile_errors(mm, "cuda"), "fake with bare torch._check"),
         ("9 stream order", test_op.check_stream_order, "launches on the default stream"),
         ("10 profiler", test_op.check_profiler, "plain torch.mm"),
         ("11 no host sync", test_op.check_no_host_sync, "reads the output back (sync)"),
+        ("11 no host sync", test_op.check_no_host_sync, "backward computes its scale on the host"),
+        ("13 backward accuracy", test_op.check_backward_accuracy, "backward keeps its first scale"),
+        ("13 backward accuracy", test_op.check_backward_accuracy, "backward casts grad to FP16 unscaled"),
         # Last: a capture that fails midway leaves the CUDA generator in capture
         # state, and every later torch.randn on the GPU in this process raises.
-        ("13 CUDA graph", test_op.check_cuda_graph, "reads the output back (sync)"),
+        ("14 CUDA graph", test_op.check_cuda_graph, "backward keeps its first scale"),
+        ("14 CUDA graph", test_op.check_cuda_graph, "reads the output back (sync)"),
     ]
     rows = []
     for row, check, variant in cases:

@@ -253,3 +253,102 @@ def test_notebook(tmp_path):
     text = "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", []))
     assert "day87: building" in text, f"the build notice is not in the cell output: {text[:300]}"
     assert "result matches: True" in text, f"the call's result is wrong or missing: {text[-300:]}"
+
+
+TWO_COPIES = """
+import importlib.util, sys
+def load(name, folder):
+    spec = importlib.util.spec_from_file_location(name, folder + "/op.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+first = load("op_first", sys.argv[1])
+try:
+    second = load("op_second", sys.argv[2])
+    print("second loaded:", second.BUILD["library"] == first.BUILD["library"])
+except RuntimeError as error:
+    print("refused:", error)
+"""
+
+
+def test_two_copies_in_one_process(tmp_path):
+    """A notebook that imports day87's and day88's op.py: identical sources share
+    one library silently; different sources are refused, naming both folders."""
+    cache = tmp_path / "cache"
+    original, same = copy_lesson(tmp_path / "day87"), copy_lesson(tmp_path / "day87-copy")
+    edited = copy_lesson(tmp_path / "day88")
+    with open(os.path.join(edited, "binding.cpp"), "a") as binding:
+        binding.write("\n// the next lesson's change\n")
+    for other, expected in ((same, "second loaded: True"), (edited, "refused:")):
+        result = subprocess.run([sys.executable, "-c", TWO_COPIES, original, other], env=environment(cache),
+                                capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-600:]
+        assert result.stdout.startswith(expected), f"{other}: {result.stdout[-600:]}"
+    message = result.stdout
+    assert original in message and edited in message and "restart" in message, message
+
+
+def test_shared_cache_never_loads_a_planted_library(tmp_path):
+    """A build folder that another user owns, or that others can write, is never
+    loaded: the import refuses and names the folder and the fix."""
+    folder, cache = copy_lesson(tmp_path / "lesson"), tmp_path / "cache"
+    directory = succeeded(import_op(folder, cache), "a first build")
+    assert oct(os.stat(directory).st_mode & 0o777) == "0o700", "the build folder is not private"
+    code = "import op; print('loaded')"
+    os.chmod(directory, 0o777)  # anyone may write into it
+    refused = import_op(folder, cache, code)
+    assert refused.returncode != 0 and "refusing to load" in refused.stderr and directory in refused.stderr, \
+        refused.stderr[-400:]
+    os.chmod(directory, 0o700)
+    if os.getuid() == 0:  # root can hand the library to another user, as a planted one would be
+        library = os.path.join(directory, "day87_ext.so")
+        os.chown(library, 12345, 12345)
+        refused = import_op(folder, cache, code)
+        assert refused.returncode != 0 and "belongs to user 12345" in refused.stderr, refused.stderr[-400:]
+        os.chown(library, 0, 0)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)  # world-writable, no sticky bit: others could swap the build folder
+    refused = import_op(folder, shared, code)
+    assert refused.returncode != 0 and "not sticky" in refused.stderr, refused.stderr[-400:]
+    assert succeeded(import_op(folder, cache, code), "the private folder again") == "loaded"
+
+
+def test_damaged_library(tmp_path):
+    """A library that exists but will not load: the message says which folder to delete."""
+    folder, cache = copy_lesson(tmp_path / "lesson"), tmp_path / "cache"
+    directory = succeeded(import_op(folder, cache), "a first build")
+    with open(os.path.join(directory, "day87_ext.so"), "r+b") as library:
+        library.truncate(100)
+    damaged = import_op(folder, cache)
+    assert damaged.returncode != 0 and f"delete {directory}" in damaged.stderr, damaged.stderr[-400:]
+
+
+STALE_BACKWARD = """
+import test_op, torch, op  # test_op first: it sets what the harness sets
+a = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+b = torch.randn(3, 5, dtype=torch.float64)
+torch.compile(lambda a, b: op.wmma_mm(a, b).sum())(a, b).backward()
+print(torch.allclose(a.grad, torch.ones(4, 5, dtype=torch.float64) @ b.t()))
+"""
+
+
+def test_compiled_backward_is_the_current_one(tmp_path):
+    """An edited _backward is the one torch.compile runs in the harness's process,
+    whatever inductor's on-disk autograd cache compiled before the edit."""
+    folder = copy_lesson(tmp_path / "lesson")
+    shutil.copy2(os.path.join(LESSON, "test_op.py"), folder)
+    cache, inductor_cache = tmp_path / "cache", str(tmp_path / "inductor-cache")
+    op_py = os.path.join(folder, "op.py")
+    original = open(op_py).read()
+    halved = original.replace("grad_a = torch.matmul(grad, wide_b).to(b.dtype)",
+                              "grad_a = 0.5 * torch.matmul(grad, wide_b).to(b.dtype)")
+    assert halved != original
+    with open(op_py, "w") as source:
+        source.write(halved)
+    first = import_op(folder, cache, STALE_BACKWARD, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
+    assert succeeded(first, "the halved backward") == "False", "the halved backward went unnoticed"
+    with open(op_py, "w") as source:
+        source.write(original)
+    second = import_op(folder, cache, STALE_BACKWARD, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
+    assert succeeded(second, "the restored backward") == "True", "a stale compiled backward ran"
