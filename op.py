@@ -131,6 +131,7 @@ def _register():
 # The build. Nothing below is part of the lesson: a student need not read on.
 # ===========================================================================
 import hashlib  # noqa: E402
+import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
@@ -152,12 +153,22 @@ def _say(message):
     print(f"day87: {message}", file=sys.stderr, flush=True)
 
 
-def find_cuda_home():
-    """The CUDA toolkit to build with, or None. CUDA_HOME (or CUDA_PATH), where set,
-    is the only candidate: a user who names a toolkit means that one. Otherwise
-    the nvcc on PATH, where its folder has the headers (a wrapper script in
-    /usr/local/bin would make the toolkit /usr/local), then /usr/local/cuda."""
+def find_toolkit():
+    """The CUDA toolkit to build with, or None, looked for in this order:
+    1. CUDA_HOME (or CUDA_PATH), where set, and nothing else: a user who names a
+       toolkit means that one.
+    2. The cuda-toolkit wheels that pip installed into this environment, at torch's
+       CUDA major version: pinned beside torch, the one toolkit that cannot mismatch.
+    3. The nvcc on PATH, where its folder has the headers (a wrapper script in
+       /usr/local/bin would make the toolkit /usr/local).
+    4. /usr/local/cuda.
+    Returns {"home": the folder of bin/nvcc, "include": more header folders,
+    "cudart": the libcudart to link against where the toolkit has no
+    unversioned libcudart.so (the wheels ship only libcudart.so.N)}."""
     chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    from_pip = None if chosen else _pip_toolkit()
+    if from_pip:
+        return from_pip
     nvcc_on_path = shutil.which("nvcc")
     candidates = [chosen] if chosen else [
         nvcc_on_path and os.path.dirname(os.path.dirname(os.path.realpath(nvcc_on_path))),
@@ -165,8 +176,29 @@ def find_cuda_home():
     for home in filter(None, candidates):
         if all(os.path.exists(os.path.join(home, part))
                for part in ("bin/nvcc", "include/cuda_runtime.h")):
-            return home
+            return {"home": home, "include": [], "cudart": None}
     return None
+
+
+def _pip_toolkit():
+    """nvcc from `pip install "cuda-toolkit[nvcc,cccl]"` at torch's CUDA major: the
+    CUDA 13 wheels put it in nvidia/cu13, beside the runtime that torch's own
+    wheels installed there, or in another site-packages folder (a venv over
+    system packages). PyPI's CUDA 12 wheels ship ptxas but no nvcc."""
+    try:
+        import nvidia  # the namespace package that the wheels install into
+    except ImportError:
+        return None
+    major = torch.version.cuda.split(".")[0]
+    parts = [os.path.join(root, f"cu{major}") for root in nvidia.__path__
+             if os.path.isdir(os.path.join(root, f"cu{major}"))]
+    homes = [part for part in parts if os.path.exists(os.path.join(part, "bin", "nvcc"))]
+    if not homes:
+        return None
+    cudart = [os.path.join(part, "lib", f"libcudart.so.{major}") for part in parts]
+    return {"home": homes[0], "include": [os.path.join(part, "include") for part in parts
+                                          if os.path.isdir(os.path.join(part, "include"))],
+            "cudart": next(filter(os.path.exists, cudart), None)}
 
 
 def nvcc_version_text(cuda_home):
@@ -189,9 +221,9 @@ def architecture_list():
 def build_plan():
     """Everything the build depends on, and the directory its hash names: another
     torch, card or edited source never loads a stale library."""
-    cuda_home = find_cuda_home() if torch.version.cuda else None
-    sources = ("kernel.cu", "binding.cpp") if cuda_home else ("binding.cpp",)
-    archs = architecture_list() if cuda_home else None
+    toolkit = find_toolkit() if torch.version.cuda else None
+    sources = ("kernel.cu", "binding.cpp") if toolkit else ("binding.cpp",)
+    archs = architecture_list() if toolkit else None
     digest = hashlib.sha256()
     for name in sources:
         with open(os.path.join(HERE, name), "rb") as source:
@@ -202,12 +234,22 @@ def build_plan():
     cache_root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "torch_extensions")
     directory = os.path.join(cache_root, f"day87-{key}")
-    return {"with_cuda": cuda_home is not None, "cuda_home": cuda_home, "sources": sources,
+    return {"with_cuda": toolkit is not None, "toolkit": toolkit,
+            "cuda_home": toolkit and toolkit["home"], "sources": sources,
             "archs": archs, "key": key, "directory": directory,
             "library": os.path.join(directory, f"{EXTENSION_NAME}.so"),
             # Written only after a build succeeded: a library that a killed link
             # left half-written has no marker and is rebuilt, never loaded.
             "done_marker": os.path.join(directory, "build-complete")}
+
+
+def _toolkit_fix():
+    """What to install for a toolkit that matches this torch."""
+    if int(torch.version.cuda.split(".")[0]) >= 13:  # from PyPI, into this environment
+        return (f'pip install "cuda-toolkit[nvcc,cccl]=={torch.version.cuda}.*" (this torch\'s '
+                "CUDA, into this environment; op.py finds it there)")
+    return (f"install the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it (PyPI's "
+            "CUDA 12 wheels carry ptxas but no nvcc)")
 
 
 def _check_toolchain(plan):
@@ -226,9 +268,8 @@ def _check_toolchain(plan):
             f"day87: nvcc in {plan['cuda_home']} is CUDA {found.group(0) if found else text!r}, "
             f"but torch {torch.__version__} was built with CUDA {torch.version.cuda}. Their "
             "major versions must match: an extension built by one cannot load beside the "
-            f"other. Fix: install a torch built for CUDA {nvcc_major}.x (the cu{nvcc_major}* "
-            f"index at https://download.pytorch.org/whl/), or set CUDA_HOME to a CUDA "
-            f"{torch_major}.x toolkit.")
+            f"other. Fix: {_toolkit_fix()}; or install a torch built for CUDA {nvcc_major}.x "
+            f"(the cu{nvcc_major}* index at https://download.pytorch.org/whl/).")
 
 
 def _build(plan):
@@ -266,7 +307,7 @@ def _build(plan):
         if os.path.exists(stale_lock):
             _say(f"removing {stale_lock}, left by a build that was killed")
             os.remove(stale_lock)
-        what = (f"for sm {plan['archs']} with {plan['cuda_home']}" if plan["with_cuda"]
+        what = (f"for sm {plan['archs']} with the toolkit in {plan['cuda_home']}" if plan["with_cuda"]
                 else "CPU part only (" + ("torch has no CUDA" if not torch.version.cuda
                                           else "no CUDA toolkit found") + ")")
         _say(f"building the extension {what} in {plan['directory']}; "
@@ -282,14 +323,28 @@ def _build(plan):
 
 
 def _compile(plan):
-    from torch.utils import cpp_extension
+    # Its import guesses a toolkit of its own and warns "No CUDA runtime is found"
+    # wherever no GPU is visible; the build line names the toolkit actually used.
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        logger.setLevel(level)
 
     # cpp_extension reads the toolkit at its import and the architectures from
     # the environment; point both at the plan for this build only.
     saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    toolkit, link_folders = plan["toolkit"], []
     if plan["with_cuda"]:
-        cpp_extension.CUDA_HOME = plan["cuda_home"]
+        cpp_extension.CUDA_HOME = toolkit["home"]
         os.environ["TORCH_CUDA_ARCH_LIST"] = plan["archs"]
+    if toolkit and toolkit["cudart"]:  # -lcudart needs a libcudart.so: link one in
+        link_folders = [os.path.join(plan["directory"], "cudart")]
+        os.makedirs(link_folders[0], exist_ok=True)
+        if not os.path.lexists(os.path.join(link_folders[0], "libcudart.so")):
+            os.symlink(toolkit["cudart"], os.path.join(link_folders[0], "libcudart.so"))
     try:
         cpp_extension.load(
             name=EXTENSION_NAME,
@@ -297,6 +352,8 @@ def _compile(plan):
             extra_cflags=["-O2"] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else []),
             # -lineinfo lets compute-sanitizer name kernel.cu's lines; no cost at run time.
             extra_cuda_cflags=["-O3", "-lineinfo"],
+            extra_include_paths=toolkit["include"] if toolkit else [],
+            extra_ldflags=[f"-L{folder}" for folder in link_folders],
             build_directory=plan["directory"],
             is_python_module=False,
         )
@@ -346,9 +403,11 @@ def _load():
             "process (the notebook kernel) and import one of them; to compare two lessons in "
             "one process, give the next one's namespace a name of its own.")
     if torch.version.cuda and not plan["with_cuda"]:
-        _say("no CUDA toolkit found (CUDA_HOME, the nvcc on PATH, /usr/local/cuda): only "
-             "the CPU implementation is built, and calls on CUDA tensors will fail. Install "
-             f"the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to build the kernel.")
+        chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+        where = (f"CUDA_HOME={chosen} holds no bin/nvcc and include/cuda_runtime.h" if chosen else
+                 "no CUDA_HOME, no cuda-toolkit wheels, no nvcc on PATH, no /usr/local/cuda")
+        _say(f"no CUDA toolkit found ({where}): only the CPU implementation is built, and "
+             f"calls on CUDA tensors will fail. Fix: {_toolkit_fix()}")
     if not os.path.exists(plan["done_marker"]):
         _build(plan)
     _refuse_unless_private(plan["directory"], plan["library"], plan["done_marker"])

@@ -110,6 +110,55 @@ def bench():
         theirs = host_microseconds_per_call(base, a, b)
         label = "requires_grad=True" if requires_grad else "plain tensors"
         print(f"{label:<22}{ours:>10.1f}{theirs:>28.1f}")
+    print()
+    training_step()
+
+
+def training_step():
+    """One layer's forward and backward, x (M x K) @ w (K x N), the op beside the
+    fp16 path that autocast takes (FP16 in and out, backward on an FP16 grad), and
+    the op with the lesson's FP32 backward; then the backward's accuracy."""
+    print("forward + backward, milliseconds per step (gradients from torch.autograd.grad)")
+    print(f"{'M':>6}{'K':>6}{'N':>6}{'fp16 x @ w':>12}{'wmma_mm':>10}{'ratio':>7}"
+          f"{'wmma_mm, lesson FP32 backward':>31}")
+    for m, k, n in ((8192, 4096, 4096), (256, 384, 512)):
+        sets = input_sets(m, n, k, requires_grad=True)
+        grad32, grad16 = torch.randn(m, n, device="cuda"), torch.randn(m, n, device="cuda").half()
+
+        def fp16_path(x, w):
+            return torch.autograd.grad(x @ w, (x, w), grad16)
+
+        def with_op(x, w):
+            return torch.autograd.grad(op.wmma_mm(x, w), (x, w), grad32)
+
+        base = milliseconds_per_call(fp16_path, sets)
+        ours = milliseconds_per_call(with_op, sets)
+        op._FP16_PRODUCTS_TO_FP32 = False  # the lesson's formula, for comparison only
+        try:
+            lesson = milliseconds_per_call(with_op, sets)
+        finally:
+            op._FP16_PRODUCTS_TO_FP32 = True
+        print(f"{m:>6}{k:>6}{n:>6}{base:>12.3f}{ours:>10.3f}{ours / base:>7.2f}{lesson:>31.3f}", flush=True)
+        del sets
+    print()
+    m, k, n = 2048, 1024, 1536
+    print(f"backward accuracy at {m}x{k}x{n}: ||grad_a - float64|| / ||float64||")
+    print(f"{'gradients':<14}{'wmma_mm':>10}{'fp16 path':>11}{'lesson FP32':>13}")
+    for regime in ("randn", "1e-7..1e-5"):
+        x = torch.randn(m, k, device="cuda").half().requires_grad_()
+        w = torch.randn(k, n, device="cuda").half().requires_grad_()
+        grad = torch.randn(m, n, device="cuda")
+        if regime != "randn":
+            grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
+        reference = grad.double() @ w.double().t()
+        errors = [torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0], torch.autograd.grad(x @ w, x, grad.half())[0]]
+        op._FP16_PRODUCTS_TO_FP32 = False
+        try:
+            errors.append(torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0])
+        finally:
+            op._FP16_PRODUCTS_TO_FP32 = True
+        errors = [((e.double() - reference).norm() / reference.norm()).item() for e in errors]
+        print(f"{regime:<14}{errors[0]:>10.2e}{errors[1]:>11.2e}{errors[2]:>13.2e}")
 
 
 def build_times():

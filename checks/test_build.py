@@ -10,6 +10,7 @@ keep CI short; test_op.py's run in CI builds the whole architecture list.
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ import torch
 LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LESSON_FILES = ("kernel.cu", "binding.cpp", "op.py")
 PRINT_BUILD = "import op; print(op.BUILD['directory'])"
+PIP_TOOLKIT_FIX = f'pip install "cuda-toolkit[nvcc,cccl]=={torch.version.cuda}.*"'
 
 
 def copy_lesson(folder):
@@ -206,13 +208,37 @@ def test_toolchain_messages(tmp_path):
     mismatch = import_op(folder, tmp_path / "mismatch-cache", CUDA_HOME=str(fake_toolkit))
     message = mismatch.stderr
     assert mismatch.returncode != 0 and "12.6" in message and torch.version.cuda in message \
-        and "Fix" in message and "day87: building" not in message, f"mismatched nvcc: {message[-300:]}"
+        and "day87: building" not in message, f"mismatched nvcc: {message[-300:]}"
+    assert PIP_TOOLKIT_FIX in message, f"the mismatch message names no pip command: {message[-300:]}"
 
     (tmp_path / "empty-toolkit").mkdir()
     no_toolkit = import_op(folder, tmp_path / "no-nvcc-cache", CUDA_HOME=str(tmp_path / "empty-toolkit"),
                            code="import torch, op; print(op.BUILD['with_cuda'])")
     assert succeeded(no_toolkit, "no nvcc") == "False" and "no CUDA toolkit found" in no_toolkit.stderr, \
         f"missing nvcc: {no_toolkit.stderr[-300:]}"
+    assert PIP_TOOLKIT_FIX in no_toolkit.stderr, f"no pip command named: {no_toolkit.stderr[-300:]}"
+
+
+@pytest.mark.skipif(not os.environ.get("DAY87_PIP_TOOLKIT_PYTHON"),
+                    reason="set DAY87_PIP_TOOLKIT_PYTHON to a python whose environment has "
+                           "cuda-toolkit[nvcc,cccl] at torch's CUDA version (.ci/run makes one)")
+def test_pip_toolkit_alone(tmp_path):
+    """With CUDA_HOME unset and no nvcc on PATH, the two commands build the CUDA
+    half with the cuda-toolkit wheels of the running environment, and the build
+    line names that toolkit."""
+    python = os.environ["DAY87_PIP_TOOLKIT_PYTHON"]
+    path = os.pathsep.join([os.path.dirname(python)] + [
+        entry for entry in os.environ["PATH"].split(os.pathsep)
+        if entry and not os.path.exists(os.path.join(entry, "nvcc"))])
+    env = {name: value for name, value in environment(tmp_path / "cache", PATH=path).items()
+           if name not in ("CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")}  # every architecture
+    result = subprocess.run([python, "test_op.py"], cwd=LESSON, env=env, capture_output=True, text=True,
+                            timeout=1800)
+    assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
+    built_with = re.search(r"with the toolkit in (\S+)", result.stderr)
+    assert built_with and os.path.join("nvidia", "cu") in built_with.group(1), \
+        f"not built with the pip toolkit: {result.stderr[-600:]}"
+    assert "extension: CUDA + CPU" in result.stdout, result.stdout[:1500]
 
 
 def test_missing_ninja_and_unwritable_cache(tmp_path):
