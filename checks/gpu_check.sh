@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# gpu_check.sh: every GPU-side check of the lesson, in one run on one card.
+# gpu_check.sh: every GPU-side check of the lesson, on one machine, in two parts
+# that each fit one 10-minute call of a lent GPU.
 #
-#   bash checks/gpu_check.sh [output folder]      (default: ./gpu-check-out)
+#   bash checks/gpu_check.sh lesson OUT   # gate, harness with and without the GPU,
+#                                         # self-test, benchmark, ncu, fuzz
+#   bash checks/gpu_check.sh builds OUT   # compute-sanitizer; the compute_75 PTX path
+#                                         # (the T4's code, JIT-compiled); pip's CUDA
+#                                         # toolkit alone; the build checks
 #
-# The standalone gate, the harness with and without the GPU visible, the
-# self-test, the fuzzer, the build and import checks, the benchmark, and
-# compute-sanitizer's four tools on the gate and on the operator driven through
-# torch. Each step's output goes to the console and to gpu_check.log; the exit
-# status is the number of steps that failed. FUZZ_CALLS sets the fuzz size.
+# For pip's toolkit the part expects the cuda-toolkit[nvcc,cccl] wheels, at torch's
+# CUDA version, installed with `pip install --target "$PIP_TOOLKIT_SITE"`; it skips
+# that step, saying so, where none are there. Each step's output goes to the
+# console and to OUT/PART.log; the exit status is the number of steps that failed.
 set -u
+part=$1
+out=$2
 cd "$(dirname "$0")/.."   # the lesson's folder
-out=${1:-gpu-check-out}
 mkdir -p "$out"
-log="$out/gpu_check.log"
+log="$out/$part.log"
 : >"$log"
 export PYTHONUNBUFFERED=1
 failures=0
@@ -28,43 +33,66 @@ step() {  # step NAME COMMAND...: run, log, and count a failure
     [ "$status" -eq 0 ] || failures=$((failures + 1))
 }
 
-arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'sm_{m}{n}')")
-step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -2'
-step gate-build nvcc -O3 -lineinfo -arch="$arch" -o gate gate.cu
-step gate ./gate
-step harness python3 test_op.py
-step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
-step self-test python3 checks/self_test.py
-step bench python3 checks/bench.py
-# What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
-step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
+step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
+    nvcc --version | tail -2; python3 -c "import torch; print(\"torch\", torch.__version__)"'
+
+if [ "$part" = lesson ]; then
+    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" -o "$out/gate" gate.cu
+    step gate "$out/gate"
+    step harness python3 test_op.py
+    step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
+    step self-test python3 checks/self_test.py
+    step bench python3 checks/bench.py
+    step fuzz python3 checks/fuzz.py "${FUZZ_CALLS:-5000}" --seed 87
+    # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
+    step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
 gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
 l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
 sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
-smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
 smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
-smsp__average_warp_latency_issue_stalled_barrier.ratio,\
-smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
-smsp__average_warp_latency_issue_stalled_mio_throttle.ratio \
-    python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
+smsp__average_warp_latency_issue_stalled_barrier.ratio \
+        python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
+fi
 
-# compute-sanitizer: the gate, then the operator's forward and backward through torch.
-driver='import torch, op
+if [ "$part" = builds ]; then
+    # compute-sanitizer: the gate, then the operator's forward and backward through torch.
+    step gate-build nvcc -O3 -lineinfo -arch=sm_90 -o "$out/gate" gate.cu
+    driver='import torch, op
 a = torch.randn(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
 b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
 op.wmma_mm(a, b).sum().backward()
 c = op.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), torch.randn(48, 256, dtype=torch.half, device="cuda"))
 torch.cuda.synchronize()
 print("driver: forward and backward done")'
-for tool in memcheck racecheck synccheck initcheck; do
-    step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 ./gate
-    step "sanitize-torch-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -c "$driver"
-done
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate"
+    done
+    for tool in memcheck initcheck; do
+        step "sanitize-torch-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 python3 -c "$driver"
+    done
 
-step build-times python3 checks/bench.py --build-times
-step build-checks python3 -m pytest -q checks/test_build.py -k "keyed or concurrent or reload"
-step fuzz python3 checks/fuzz.py "${FUZZ_CALLS:-10000}" --seed 87
+    # The T4's code path: compute_75 PTX, which the driver compiles for this card
+    # at load. __CUDA_ARCH__ is 750 in it: synchronous copies, no cp.async.
+    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 -o "$out/gate75" gate.cu
+    step gate-compute75 "$out/gate75"
+    step harness-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 test_op.py
+    step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87-*/day87_ext.so"
 
-echo "gpu_check: $failures step(s) failed" | tee -a "$log"
+    # pip's toolkit alone: no CUDA_HOME, no nvcc on PATH.
+    if [ -d "${PIP_TOOLKIT_SITE:-/nonexistent}/nvidia" ]; then
+        path_without_nvcc=$(python3 -c 'import os; print(os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p and not os.path.exists(os.path.join(p, "nvcc"))))')
+        step harness-pip-toolkit env -u CUDA_HOME -u CUDA_PATH PATH="$path_without_nvcc" \
+            PYTHONPATH="$PIP_TOOLKIT_SITE" TORCH_EXTENSIONS_DIR="$out/cache-pip" python3 test_op.py
+    else
+        echo "=== harness-pip-toolkit: skipped, no wheels in PIP_TOOLKIT_SITE" | tee -a "$log"
+    fi
+    step build-checks python3 -m pytest -q -p no:cacheprovider checks/test_build.py \
+        -k "keyed or concurrent or reload or two_copies"
+    rm -rf "$out"/cache75 "$out"/cache-pip
+fi
+
+rm -f "$out/gate" "$out/gate75"
+echo "gpu_check $part: $failures step(s) failed" | tee -a "$log"
 exit "$failures"
