@@ -100,9 +100,10 @@ def _backward_on_tensor_cores(ctx, grad, a, b):
     exponents move, and computed on the device, so the host never waits. The
     products are divided by the same power of two, exactly, then stored in FP16."""
     largest = torch.linalg.vector_norm(grad, float("inf")) if grad.numel() else grad.new_zeros(())
-    shift = (15 - torch.frexp(largest).exponent).clamp(-126, 126)
-    # 2^shift and 2^-shift built from their FP32 bits: exact by construction.
-    scale, unscale = ((shift + 127) << 23).view(torch.float32), ((127 - shift) << 23).view(torch.float32)
+    # 2^(15 - e) for largest = m * 2^e, built from its FP32 bits (biased exponent
+    # 127 + 15 - e), so exact by construction; its reciprocal is exact too.
+    scale = ((142 - torch.frexp(largest).exponent).clamp(1, 253) << 23).view(torch.float32)
+    unscale = scale.reciprocal()
     # One pass each way: out= multiplies in FP32 and rounds once into FP16.
     half_grad = torch.mul(grad, scale, out=torch.empty_like(grad, dtype=torch.half))
     grad_a, grad_b = None, None
@@ -384,24 +385,36 @@ def _refuse_unless_private(*paths):
                            "own (the default, ~/.cache/torch_extensions, is one), or delete that folder.")
 
 
+def _text(path):
+    with open(path) as file:
+        return file.read()
+
+
+def _refuse_second_day87(served_by, what_differs):
+    raise RuntimeError(
+        f"day87: torch.ops.day87 is already served in this process by {served_by}. op.py in "
+        f"{HERE} is not the same ({what_differs}), and a process holds one day87 namespace. "
+        "Fix: restart the Python process (the notebook kernel) and import one of them; to "
+        "compare two lessons in one process, give the next one's namespace a name of its own.")
+
+
 def _load():
     """Load the library once per process; build it first where needed."""
     plan = build_plan()
     loaded = [path for path in torch.ops.loaded_libraries
               if os.path.basename(path) == f"{EXTENSION_NAME}.so"]
-    if loaded and loaded[0] == plan["library"]:
-        return plan  # a reload or a second copy of identical sources: the same library
-    if loaded:
-        # TORCH_LIBRARY(day87, ...) can run once per process: a second library
-        # registering the namespace would abort the interpreter.
+    # A process holds one day87 namespace: a second library registering it would
+    # abort the interpreter, and a second fake or backward is refused.
+    if loaded and loaded[0] != plan["library"]:
         with open(os.path.join(os.path.dirname(loaded[0]), "build-complete")) as marker:
             built_from = (marker.read().split("\n") + ["", ""])[1] or "an unknown folder"
-        raise RuntimeError(
-            f"day87: torch.ops.day87 is already served by {loaded[0]}, built from {built_from}. "
-            f"op.py in {HERE} needs {plan['library']}: its kernel.cu or binding.cpp differ, and "
-            "a process can load one build of the day87 namespace. Fix: restart the Python "
-            "process (the notebook kernel) and import one of them; to compare two lessons in "
-            "one process, give the next one's namespace a name of its own.")
+        _refuse_second_day87(f"{loaded[0]}, built from {built_from}",
+                             f"its kernel.cu or binding.cpp differ: it needs {plan['library']}")
+    registered_by = getattr(torch.ops.day87, "registered_by", __file__)  # set at the end of this file
+    if registered_by != __file__ and _text(registered_by) != _text(__file__):
+        _refuse_second_day87(f"the fake and backward of {registered_by}", "its op.py differs")
+    if loaded:
+        return plan  # a reload, or a copy of identical sources: the same library
     if torch.version.cuda and not plan["with_cuda"]:
         chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
         where = (f"CUDA_HOME={chosen} holds no bin/nvcc and include/cuda_runtime.h" if chosen else
@@ -420,6 +433,9 @@ def _load():
 
 
 BUILD = _load()
-if "_registrations" in globals():  # importlib.reload(op): drop the old ones first
-    _registrations._destroy()
-_registrations = _register()
+if isinstance(globals().get("_registrations"), torch.library.Library):
+    _registrations._destroy()  # importlib.reload(op): drop this module's old ones first
+_registrations = None  # where an identical op.py elsewhere registered the same ones
+if getattr(torch.ops.day87, "registered_by", __file__) == __file__:
+    _registrations = _register()
+    torch.ops.day87.registered_by = __file__  # for the process: which op.py serves day87

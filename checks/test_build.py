@@ -173,6 +173,10 @@ if torch.cuda.is_available():
     c = op.wmma_mm(x, y)
     assert torch.allclose(c, x.float() @ y.float(), rtol=1e-3, atol=1e-3)
     c.sum().backward()
+with open("op.py", "a") as python:  # an edited op.py reloads in place
+    python.write("# edited in the notebook\\n")
+importlib.reload(op)
+assert torch.autograd.gradcheck(op.wmma_mm, (a, b))
 with open("kernel.cu", "a") as kernel:
     kernel.write("// edited in the notebook\\n")
 try:
@@ -302,16 +306,20 @@ def test_two_copies_in_one_process(tmp_path):
     one library silently; different sources are refused, naming both folders."""
     cache = tmp_path / "cache"
     original, same = copy_lesson(tmp_path / "day87"), copy_lesson(tmp_path / "day87-copy")
-    edited = copy_lesson(tmp_path / "day88")
-    with open(os.path.join(edited, "binding.cpp"), "a") as binding:
+    edited_binding, edited_python = copy_lesson(tmp_path / "day88"), copy_lesson(tmp_path / "day89")
+    with open(os.path.join(edited_binding, "binding.cpp"), "a") as binding:
         binding.write("\n// the next lesson's change\n")
-    for other, expected in ((same, "second loaded: True"), (edited, "refused:")):
+    with open(os.path.join(edited_python, "op.py"), "a") as python:
+        python.write("\n# the next lesson's change\n")
+    for other, expected in ((same, "second loaded: True"), (edited_binding, "refused:"),
+                            (edited_python, "refused:")):
         result = subprocess.run([sys.executable, "-c", TWO_COPIES, original, other], env=environment(cache),
                                 capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-600:]
         assert result.stdout.startswith(expected), f"{other}: {result.stdout[-600:]}"
-    message = result.stdout
-    assert original in message and edited in message and "restart" in message, message
+        if expected == "refused:":
+            assert original in result.stdout and other in result.stdout and "restart" in result.stdout, \
+                result.stdout
 
 
 def test_shared_cache_never_loads_a_planted_library(tmp_path):
