@@ -37,9 +37,7 @@ import op  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
-# The table. A check returns its row's detail when it passes, raises Skip(why)
-# when it cannot run here and Fail(what) when it finds a defect; any other
-# exception is a failure too, reported with its type.
+# The table. A check returns its row's detail, or raises Skip(why) or Fail(what).
 # ---------------------------------------------------------------------------
 class Skip(Exception):
     """The row cannot run here; the message says why."""
@@ -66,7 +64,7 @@ def run_table(rows, notes=()):
             status, detail = "skip", str(reason)
         except Fail as defect:
             status, detail = "FAIL", str(defect)
-        except Exception as error:
+        except Exception as error:  # a crash inside a check is a failure, with its cause
             status, detail = "FAIL", f"{type(error).__name__}: {error}"
         counts[status] += 1
         first, *rest = str(detail).splitlines() or [""]
@@ -140,18 +138,14 @@ def error_ratio(result, a, b, extra=None, rounded_left=False):
     return ((result64 - reference).abs() / bound).max().item()
 
 
-def poison_allocator(shape, device):
-    """Free a NaN-filled block of the output's size, so the caching allocator hands
-    the same memory to the operator: an element the kernel never writes stays NaN."""
-    torch.full(shape, math.nan, dtype=torch.float32, device=device)
-
-
 def forward_on_gpu(mm, m, n, k, bias=False):
     """mm on fresh FP16 inputs against float64; returns the % of the bound used."""
     require_gpu()
     a, b = fresh(m, k, dtype=torch.half, device="cuda"), fresh(k, n, dtype=torch.half, device="cuda")
     extra = fresh(n, dtype=torch.float32, device="cuda") if bias else None
-    poison_allocator((m, n), "cuda")
+    # Freed NaNs of the output's size: the caching allocator hands the operator
+    # this memory, so an element the kernel never writes stays NaN.
+    torch.full((m, n), math.nan, dtype=torch.float32, device="cuda")
     c = mm(a, b) if extra is None else mm(a, b, extra)
     torch.cuda.synchronize()
     require(c.dtype == torch.float32 and c.device == a.device,
@@ -255,49 +249,40 @@ def check_gradcheck_rejects():
 
 
 def check_autograd(mm, device):
-    """Every way a caller asks for gradients: only a, only b, both. Parameters
-    before and after the op must each get the float64 gradient. Failure modes:
-    no registered backward leaves the output without a grad_fn, so upstream
-    parameters keep grad None while training appears to run; a backward that
-    saves or unpacks a and b in the wrong order fails one of the three."""
+    """Gradients for every way a caller asks, only a, only b, both, for parameters
+    before and after the op, against float64. Failure modes: with no backward the
+    output has no grad_fn, and upstream parameters keep grad None while training
+    runs; a backward that saves or unpacks a and b in the wrong order fails one."""
     if device == "cuda":
         require_gpu()
-        m, k, n, dtype = 128, 32, 256, torch.half
-        # FP16 rounding of the inputs and of grad_a, grad_b (2^-11 relative each)
-        # and FP32 accumulation: about 1e-3 in norm. A missing or wrong formula
-        # is off by order 1.
-        tolerance = 1e-2
-    else:
-        m, k, n, dtype = 4, 3, 5, torch.float64
-        tolerance = 1e-10
-    for wants, a_wants, b_wants in (("only a wants", True, False), ("only b wants", False, True),
-                                    ("a and b want", True, True)):
+    # On CUDA, FP16 rounding of inputs and gradients (2^-11 each) and FP32 sums:
+    # about 1e-3 in norm. A missing or wrong formula is off by order 1.
+    (m, k, n, dtype), tolerance = (((128, 32, 256, torch.half), 1e-2) if device == "cuda"
+                                   else ((4, 3, 5, torch.float64), 1e-10))
+    for wants in ("only a", "only b", "a and b"):
         x = fresh(m, k, dtype=dtype, device=device)
-        upstream = fresh(m, k, dtype=dtype, device=device, requires_grad=a_wants)
-        weight = fresh(k, n, dtype=dtype, device=device, requires_grad=b_wants)
-        downstream = fresh(n, dtype=op.accumulate_dtype(dtype), device=device, requires_grad=True)
-        c = mm(x * upstream, weight)
-        require(c.grad_fn is not None, "the op's output has no grad_fn: the graph ends at the op")
-        (torch.tanh(c) * downstream).sum().backward()
-
-        params = {"upstream": upstream, "weight": weight, "downstream": downstream}
+        params = {"upstream": fresh(m, k, dtype=dtype, device=device, requires_grad=wants != "only b"),
+                  "weight": fresh(k, n, dtype=dtype, device=device, requires_grad=wants != "only a"),
+                  "downstream": fresh(n, dtype=op.accumulate_dtype(dtype), device=device, requires_grad=True)}
         wide = {name: p.detach().double().cpu().requires_grad_(p.requires_grad) for name, p in params.items()}
-        reference = torch.tanh((x.double().cpu() * wide["upstream"]) @ wide["weight"])
-        (reference * wide["downstream"]).sum().backward()
+        c = mm(x * params["upstream"], params["weight"])
+        require(c.grad_fn is not None, "the op's output has no grad_fn: the graph ends at the op")
+        (torch.tanh(c) * params["downstream"]).sum().backward()
+        (torch.tanh((x.double().cpu() * wide["upstream"]) @ wide["weight"]) * wide["downstream"]).sum().backward()
         for name, p in params.items():
-            if not p.requires_grad:
-                continue
-            require(p.grad is not None, f"{wants} a gradient: '{name}' received none")
-            error = (p.grad.double().cpu() - wide[name].grad).norm() / wide[name].grad.norm()
-            require(error <= tolerance,
-                    f"{wants} a gradient: '{name}' is off by {error:.2e} > {tolerance}")
+            if p.requires_grad:
+                require(p.grad is not None, f"{wants} want gradients: '{name}' received none")
+                error = (p.grad.double().cpu() - wide[name].grad).norm() / wide[name].grad.norm()
+                require(error <= tolerance, f"{wants} want gradients: '{name}' is off by {error:.2e}")
     return "only a, only b, both: every gradient matches float64"
 
 
 def check_compile(mm, device):
     """fullgraph=True, forward and backward, static and dynamic shapes, equal to
-    eager. Failure mode: without a fake implementation Dynamo cannot trace the
-    call; with fullgraph=True that raises, without it the graph would split."""
+    eager; then each rule the fake sees fails as in eager. Failure modes: with no
+    fake Dynamo cannot trace the call (with fullgraph=True that raises, without it
+    the graph splits); a fake's bare torch._check says only "Expected cond to be
+    True"; a TypeError in a fake prints a wall of log before the error."""
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
 
@@ -330,26 +315,12 @@ def check_compile(mm, device):
         breaks, kind = sum(counters["graph_break"].values()), "dynamic" if dynamic else "static"
         require(counter.frame_count == 1 and breaks == 0, f"{kind}: {counter.frame_count} graphs, {breaks} breaks")
         report.append(f"{kind}: 1 graph, 0 breaks")
-    return "; ".join(report) + "; equal to eager"
-
-
-def check_compile_errors(mm, device):
-    """Each rule the fake implementation can see must fail a compiled call with
-    eager's message: the rule and the values. Failure modes: a bare torch._check
-    says only "Expected cond to be True"; a TypeError in the fake prints a wall
-    of "fake tensor raised TypeError" log before the error."""
-    if device == "cuda":
-        require_gpu()
     # Contiguity and alignment are not the fake's to check: a fake tensor's strides
     # under compile need not be eager's, and it has no address.
     calls = [call for call in contract_calls(device)
              if call[2] not in ("contiguous", "alignment") and call[0] is not None]
-
-    class Recorder(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    records, recorder = [], Recorder(logging.WARNING)
+    records, recorder = [], logging.Handler(logging.WARNING)
+    recorder.emit = records.append
     logging.getLogger("torch").addHandler(recorder)
     try:
         for a, b, rule in calls:
@@ -359,8 +330,9 @@ def check_compile_errors(mm, device):
             require(eager in compiled, f"rule '{rule}': eager says {eager!r}, compiled says {compiled[:300]!r}")
     finally:
         logging.getLogger("torch").removeHandler(recorder)
-    require(not records, f"{len(records)} log lines while compiling, e.g. {records[0][:200]!r}" if records else "")
-    return f"{len(calls)} rules: compiled errors carry eager's message, and no log"
+    require(not records, f"{len(records)} log lines while compiling, e.g. {records[0].getMessage()[:200]!r}"
+            if records else "")
+    return "; ".join(report) + f"; equal to eager; {len(calls)} rules fail with eager's message, no log"
 
 
 def check_backward_accuracy(mm):
@@ -383,9 +355,7 @@ def check_backward_accuracy(mm):
                     error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
         require(worst <= 1.0, f"{regime}: {100 * worst:.3g}% of the bound")
         reference = grad.double() @ b.double().t()
-        error = (a.grad.double() - reference).norm() / reference.norm()
-        fp16_path = (grad.half() @ b.t()).double()
-        fp16_error = (fp16_path - reference).norm() / reference.norm()
+        error, fp16_error = ((g.double() - reference).norm() / reference.norm() for g in (a.grad, grad.half() @ b.t()))
         require(error <= 1.02 * fp16_error, f"{regime}: relative error {error:.2e}, fp16 path {fp16_error:.2e}")
         report.append(f"{regime}: {100 * worst:.1f}% of bound, {error:.1e} (fp16 path {fp16_error:.1e})")
     return "; ".join(report)
@@ -463,12 +433,11 @@ def check_profiler(mm):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
             mm(a, b)
             torch.cuda.synchronize()
-    events = profiler.events()
-    op_events = [e for e in events if e.name == "day87::wmma_mm"]
+    op_events = [e for e in profiler.events() if e.name == "day87::wmma_mm"]
     require(op_events, "no day87::wmma_mm event in the profile")
+
     def kernels_under(event):
-        return [k.name for k in event.kernels] + [name for child in event.cpu_children
-                                                   for name in kernels_under(child)]
+        return [k.name for k in event.kernels] + [name for child in event.cpu_children for name in kernels_under(child)]
 
     kernels = [name for e in op_events for name in kernels_under(e)]
     require(any("wmmaGemmKernel" in name for name in kernels),
@@ -632,10 +601,8 @@ def lesson_rows():
         *exercise_rows(),
         ("7 autograd, cpu f64", "only a, only b, both: grads vs float64", lambda: check_autograd(mm, "cpu")),
         ("7 autograd, cuda f16", "only a, only b, both: grads vs float64", lambda: check_autograd(mm, "cuda")),
-        ("8 torch.compile, cpu f64", "fullgraph fwd+bwd, static+dynamic, vs eager", lambda: check_compile(mm, "cpu")),
-        ("8 torch.compile, cuda f16", "fullgraph fwd+bwd, static+dynamic, vs eager", lambda: check_compile(mm, "cuda")),
-        ("8 compile errors, cpu f64", "each rule the fake sees: eager's message", lambda: check_compile_errors(mm, "cpu")),
-        ("8 compile errors, cuda f16", "each rule the fake sees: eager's message", lambda: check_compile_errors(mm, "cuda")),
+        ("8 torch.compile, cpu f64", "fwd+bwd vs eager; errors as eager's", lambda: check_compile(mm, "cpu")),
+        ("8 torch.compile, cuda f16", "fwd+bwd vs eager; errors as eager's", lambda: check_compile(mm, "cuda")),
         ("9 stream order", "inputs written late on a side stream", lambda: check_stream_order(mm)),
         ("10 profiler", "day87::wmma_mm with its kernel under it", lambda: check_profiler(mm)),
         ("11 no host sync", "fwd+bwd under sync debug mode 'error'", lambda: check_no_host_sync(mm)),
