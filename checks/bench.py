@@ -165,16 +165,17 @@ def build_times():
     """Cold build (a fresh cache, this machine's architecture only) and warm import
     (import op minus import torch, median of 5 fresh processes)."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    environment = dict(os.environ, TORCH_EXTENSIONS_DIR=tempfile.mkdtemp(prefix="day87-cold-"))
-    if op.BUILD["with_cuda"]:
-        environment["TORCH_CUDA_ARCH_LIST"] = op.architecture_list()
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import op"], cwd=here, env=environment, check=True)
-    cold = time.perf_counter() - start
-    probe = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); "
-             "import op; t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
-    samples = [subprocess.run([sys.executable, "-c", probe], cwd=here, env=environment, check=True,
-                              capture_output=True, text=True).stdout.split() for _ in range(5)]
+    with tempfile.TemporaryDirectory(prefix="day87-cold-") as cache:
+        environment = dict(os.environ, TORCH_EXTENSIONS_DIR=cache)
+        if op.BUILD["with_cuda"]:
+            environment["TORCH_CUDA_ARCH_LIST"] = op.architecture_list()
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import op"], cwd=here, env=environment, check=True)
+        cold = time.perf_counter() - start
+        probe = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); "
+                 "import op; t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
+        samples = [subprocess.run([sys.executable, "-c", probe], cwd=here, env=environment, check=True,
+                                  capture_output=True, text=True).stdout.split() for _ in range(5)]
     torch_import = statistics.median(float(s[0]) for s in samples)
     op_import = statistics.median(float(s[1]) for s in samples)
     what = f"architectures {op.BUILD['archs']}" if op.BUILD["with_cuda"] else "CPU part only"
