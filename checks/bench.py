@@ -11,6 +11,7 @@ The baseline is cuBLAS under the same precision contract: FP16 in, FP32
 accumulate, FP32 out (torch.mm with out_dtype=torch.float32).
 """
 
+import contextlib
 import math
 import os
 import statistics
@@ -114,6 +115,16 @@ def bench():
     training_step()
 
 
+@contextlib.contextmanager
+def lessons_backward():
+    """op.py's backward as the lesson wrote it (FP32 matmuls), for comparison only."""
+    op._FP16_PRODUCTS_TO_FP32 = False
+    try:
+        yield
+    finally:
+        op._FP16_PRODUCTS_TO_FP32 = True
+
+
 def training_step():
     """One layer's forward and backward, x (M x K) @ w (K x N), the op beside the
     fp16 path that autocast takes (FP16 in and out, backward on an FP16 grad), and
@@ -133,11 +144,8 @@ def training_step():
 
         base = milliseconds_per_call(fp16_path, sets)
         ours = milliseconds_per_call(with_op, sets)
-        op._FP16_PRODUCTS_TO_FP32 = False  # the lesson's formula, for comparison only
-        try:
+        with lessons_backward():
             lesson = milliseconds_per_call(with_op, sets)
-        finally:
-            op._FP16_PRODUCTS_TO_FP32 = True
         print(f"{m:>6}{k:>6}{n:>6}{base:>12.3f}{ours:>10.3f}{ours / base:>7.2f}{lesson:>31.3f}", flush=True)
         del sets
     print()
@@ -152,11 +160,8 @@ def training_step():
             grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
         reference = grad.double() @ w.double().t()
         errors = [torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0], torch.autograd.grad(x @ w, x, grad.half())[0]]
-        op._FP16_PRODUCTS_TO_FP32 = False
-        try:
+        with lessons_backward():
             errors.append(torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0])
-        finally:
-            op._FP16_PRODUCTS_TO_FP32 = True
         errors = [((e.double() - reference).norm() / reference.norm()).item() for e in errors]
         print(f"{regime:<14}{errors[0]:>10.2e}{errors[1]:>11.2e}{errors[2]:>13.2e}")
 

@@ -67,8 +67,7 @@ def test_keyed_builds(tmp_path, monkeypatch):
     warm import runs no compiler; an edited kernel.cu rebuilds."""
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "key-cache"))
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
-    sys.path.insert(0, LESSON)
-    import op  # builds once, into this test's own cache
+    import op  # builds once, into this test's own cache (conftest.py puts the lesson on sys.path)
 
     base = op.build_plan()["directory"]
     with monkeypatch.context() as patch:
