@@ -54,10 +54,19 @@ void referenceGemm(const std::vector<half>& a, const std::vector<half>& b,
 }
 
 // ---------------------------------------------------------------------------
-// One shape through the kernel
+// One shape through one launcher
 // ---------------------------------------------------------------------------
+using Launcher = cudaError_t (*)(const half*, const half*, float*, int, int, int, cudaStream_t);
+
+// launchWmmaGemm, which chooses the plan itself, in the shape of a plan's launcher.
+cudaError_t launchChosen(const half* a, const half* b, float* c, int m, int n, int k,
+                         cudaStream_t stream) {
+    return launchWmmaGemm(a, b, c, m, n, k, stream);
+}
+
 // The bound is test_op.py's, derived there (error_ratio): K * 2^-23 * (|A| @ |B|).
-bool checkShape(int m, int n, int k, std::mt19937& generator) {
+bool checkShape(const char* launcher_name, Launcher launch, int m, int n, int k,
+                std::mt19937& generator) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
     for (auto& value : a) value = __float2half(normal(generator));
@@ -73,7 +82,7 @@ bool checkShape(int m, int n, int k, std::mt19937& generator) {
     // Poison C with NaN bytes (0xFF): an element the kernel never writes fails.
     CUDA_CHECK(cudaMemset(device_c, 0xFF, static_cast<size_t>(m) * n * sizeof(float)));
 
-    CUDA_CHECK(launchWmmaGemm(device_a, device_b, device_c, m, n, k, /*stream=*/0));
+    CUDA_CHECK(launch(device_a, device_b, device_c, m, n, k, /*stream=*/0));
     CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
 
     std::vector<float> c(static_cast<size_t>(m) * n);
@@ -92,9 +101,25 @@ bool checkShape(int m, int n, int k, std::mt19937& generator) {
         worst = std::fmax(worst, std::fabs(c[i] - reference[i]) / bound);
     }
     const bool pass = finite && worst <= 1.0;
-    printf("%5d x %5d x %5d   %6.2f%% of bound   %s\n", m, n, k, 100.0 * worst,
-           pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
+    printf("%-12s %5d x %5d x %5d   %6.2f%% of bound   %s\n", launcher_name, m, n, k,
+           100.0 * worst, pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
     return pass;
+}
+
+// Each plan directly, whichever one the launcher would choose on this card: M a
+// multiple of 256 for the wide plan, and K % 32 == 16 for a half-filled last stage.
+// A plan that needs more shared memory than this card gives a block is skipped
+// (the wide plan on a T4); the launcher never chooses it there.
+template <class Plan>
+bool checkPlan(const char* name, const cudaDeviceProp& properties, std::mt19937& generator) {
+    if (Plan::kSharedBytes > static_cast<int>(properties.sharedMemPerBlockOptin)) {
+        printf("%-12s skip: needs %d bytes of shared memory, this card gives a block %zu\n", name,
+               Plan::kSharedBytes, properties.sharedMemPerBlockOptin);
+        return true;
+    }
+    return checkShape(name, launchPlan<Plan>, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
+                      generator) &&
+           checkShape(name, launchPlan<Plan>, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
 }
 
 int main() {
@@ -103,14 +128,19 @@ int main() {
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
     printf("gate: %s, sm_%d%d\n", properties.name, properties.major, properties.minor);
-
-    // The lesson's two shapes, a K that leaves a half-filled last stage (K % 32 ==
-    // 16), a single tile, and a non-square shape with several tile groups.
-    const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48},
-                             {128, 128, 16},  {1280, 384, 272}};
     std::mt19937 generator(87);
     bool all_pass = true;
-    for (const auto& shape : shapes) all_pass &= checkShape(shape[0], shape[1], shape[2], generator);
+    all_pass &= checkPlan<WidePlan>("WidePlan", properties, generator);
+    all_pass &= checkPlan<SquarePlan>("SquarePlan", properties, generator);
+    all_pass &= checkPlan<TuringPlan>("TuringPlan", properties, generator);
+
+    // Through launchWmmaGemm: the lesson's two shapes, a K that leaves a half-filled
+    // last stage, a single tile, a shape with several tile groups, and one with
+    // enough 256 x 128 tiles for every SM of an H200 (132), which takes the wide plan.
+    const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48},
+                             {128, 128, 16},  {1280, 384, 272}, {2048, 2176, 272}};
+    for (const auto& shape : shapes)
+        all_pass &= checkShape("launcher", launchChosen, shape[0], shape[1], shape[2], generator);
 
     // The launcher must refuse a shape the tile does not divide, not run it.
     const bool refused = launchWmmaGemm(nullptr, nullptr, nullptr, 100, 128, 16, 0) ==

@@ -28,59 +28,82 @@
 namespace wmma = nvcuda::wmma;
 
 // ---------------------------------------------------------------------------
-// The tile plan
+// The shape contract
 // ---------------------------------------------------------------------------
-// One block computes a 128 x 128 tile of C; its four warps each own 64 x 64 of it
-// (2 x 2 warps). A 64 x 64 warp tile is 4 x 4 WMMA fragments: every A fragment
-// loaded from shared memory feeds 4 MMAs and so does every B fragment. In a
-// 64 x 32 warp tile each A fragment feeds only 2, so the warp reads shared memory
-// 50% more per MMA (6 fragment loads per 8 MMAs, against 8 per 16), and eight
-// such warps measured slower than four 64 x 64 ones. checks/NOTES.md has every
-// variant tried, its figure, and what limits this one.
-constexpr int kBlockM = 128;
-constexpr int kBlockN = 128;
-// Each pipeline stage holds 32 of K: two 16-deep WMMA steps per barrier. 64-deep
-// stages measured slower: more registers, and the same two blocks per SM. The
-// contract only asks K % 16 == 0,
-// so a last stage that sticks out past K is filled with zeros (cp.async's src-size).
-constexpr int kBlockK = 32;
+// M and N must be multiples of 128 and K of 16, whatever tile plan a call runs
+// (below): every plan's block tile divides a 128 x 128 tile or is chosen only
+// when it divides M. binding.cpp declares these; op.py's TILE_M, TILE_N, TILE_K
+// are the same numbers for Python.
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
-// The shape contract, for binding.cpp (which declares these): the tile that M,
-// N and K must be multiples of. op.py's TILE_M, TILE_N, TILE_K are the same
-// numbers for Python.
-extern const int kTileM = kBlockM, kTileN = kBlockN, kTileK = kWmmaSize;
+extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
+
+// ---------------------------------------------------------------------------
+// The tile plans
+// ---------------------------------------------------------------------------
+// Every warp owns 64 x 64 of C: 4 x 4 WMMA fragments, so every A fragment loaded
+// from shared memory feeds 4 MMAs and so does every B fragment. In a 64 x 32 warp
+// tile each A fragment feeds only 2, and eight such warps measured slower than four
+// 64 x 64 ones (checks/NOTES.md has every variant, its figure and what limits it).
 constexpr int kWarpM = 64;
 constexpr int kWarpN = 64;
-constexpr int kWarpsM = kBlockM / kWarpM;
-constexpr int kWarpsN = kBlockN / kWarpN;
-constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 128
-constexpr int kFragmentsM = kWarpM / kWmmaSize;   // 4
-constexpr int kFragmentsN = kWarpN / kWmmaSize;   // 4
+constexpr int kFragmentsM = kWarpM / kWmmaSize;  // 4
+constexpr int kFragmentsN = kWarpN / kWmmaSize;  // 4
 
-// Three stages: while the warps multiply stage s, the copies for s+1 and s+2 are
-// in flight. Four or five measured no faster, and three stages of 18.5 KB fit
-// the 64 KB a T4 block may opt in to.
-constexpr int kStages = 3;
-
-// Shared-memory rows are padded by 8 halves (16 bytes). An unpadded A row is 64
-// bytes, so the eight 16-byte rows that one fragment load (LDSM) reads at once
-// would fall on the same four banks; with 80-byte rows they land on all 32.
-// The pad must keep every fragment 32-byte aligned, which WMMA requires: 40 and
-// 136 halves make fragment offsets multiples of 32 bytes. (Bank arithmetic, not
-// a measurement: the unpadded variant was not timed here.)
+// Shared-memory rows are padded by 8 halves (16 bytes). An unpadded 32-wide A row is
+// 64 bytes, so the eight 16-byte rows that one fragment load (LDSM) reads at once
+// would fall on the same four banks; with 80-byte rows they land on all 32 (48-byte
+// rows for 16-wide stages, and 272-byte B rows, do too). The pad must keep every
+// fragment 32-byte aligned, which WMMA requires. WMMA takes a pointer and a row
+// stride, so a swizzled layout, the other cure, cannot be expressed through it.
 constexpr int kPad = 8;
-constexpr int kStrideA = kBlockK + kPad;  // 40 halves per A row
-constexpr int kStrideB = kBlockN + kPad;  // 136 halves per B row
-constexpr int kStageHalvesA = kBlockM * kStrideA;
-constexpr int kStageHalvesB = kBlockK * kStrideB;
-constexpr int kSharedBytes = kStages * (kStageHalvesA + kStageHalvesB) * 2;
 
-// The epilogue reuses the pipeline's shared memory: each warp stages one 16-row
-// strip of its 64 x 64 FP32 result (padded by 4 floats) before writing it out.
-constexpr int kStrideC = kWarpN + 4;
-constexpr int kEpilogueFloatsPerWarp = kWmmaSize * kStrideC;
-static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= kSharedBytes,
-              "the epilogue's staging must fit in the pipeline's shared memory");
+// A plan: the block tile (BlockM x BlockN of C), how much of K one pipeline stage
+// holds (BlockK), and how many stages are in shared memory at once.
+template <int BlockM, int BlockN, int BlockK, int Stages>
+struct TilePlan {
+    static constexpr int kBlockM = BlockM, kBlockN = BlockN, kBlockK = BlockK;
+    static constexpr int kStages = Stages;
+    static constexpr int kWarpsM = BlockM / kWarpM;
+    static constexpr int kWarpsN = BlockN / kWarpN;
+    static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+    static constexpr int kStrideA = BlockK + kPad;  // halves per A row in shared memory
+    static constexpr int kStrideB = BlockN + kPad;  // halves per B row
+    static constexpr int kStageHalvesA = BlockM * kStrideA;
+    static constexpr int kStageHalvesB = BlockK * kStrideB;
+    static constexpr int kSharedBytes = Stages * (kStageHalvesA + kStageHalvesB) * 2;
+    // The epilogue reuses the pipeline's shared memory: each warp stages one 16-row
+    // strip of its 64 x 64 FP32 result (rows padded by 4 floats) before writing it out.
+    static constexpr int kStrideC = kWarpN + 4;
+    static constexpr int kEpilogueFloatsPerWarp = kWmmaSize * kStrideC;
+
+    static_assert(BlockM % kWarpM == 0 && BlockN % kWarpN == 0, "whole warp tiles");
+    static_assert(BlockK % kWmmaSize == 0, "whole WMMA steps per stage");
+    static_assert(Stages >= 2, "the loop below copies one stage while it computes another");
+    static_assert((BlockM * BlockK / 8) % kThreads == 0 && (BlockK * BlockN / 8) % kThreads == 0,
+                  "every thread copies the same number of 16-byte pieces");
+    static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= kSharedBytes,
+                  "the epilogue's staging must fit in the pipeline's shared memory");
+};
+
+// The three plans the launcher chooses from (launchWmmaGemm, at the end).
+//
+// Wide: 256 x 128, eight warps. It reads 2 x (256 + 128) x K bytes of A and B from
+// L2 for 2 x 256 x 128 x K flops: 85 flops a byte against 64 for 128 x 128, whose
+// kernel was bound by L2 throughput. 85.5 KB in three stages: one block (eight warps)
+// per SM, as many warps as two 128 x 128 blocks.
+using WidePlan = TilePlan<256, 128, 32, 3>;
+// Square: 128 x 128, four warps; for M that 256 does not divide, and for grids too
+// small to give every SM a wide tile. 55.5 KB: two blocks per SM on sm_80 and up.
+// Three stages of 32: while the warps multiply one stage, the copies for the next
+// two are in flight. 64-deep stages measured slower: more registers, the same two
+// blocks per SM; four or five stages no faster.
+using SquarePlan = TilePlan<128, 128, 32, 3>;
+// Turing: code compiled below sm_80 (a T4, sm_75) has no cp.async, so a stage is
+// copied synchronously and the latency is hidden by other blocks, not by stages in
+// flight. A T4 SM has 64 KB of shared memory: two stages of 16 take 20.5 KB, so
+// shared memory allows three blocks; 128 threads of at most 255 registers allow two
+// (2 x 128 x 256 = 65536, the register file). Square's 55.5 KB would allow one.
+using TuringPlan = TilePlan<128, 128, 16, 2>;
 
 // Blocks are launched in groups of 8 block-rows walked column by column, so the
 // blocks resident at one time share A rows and B columns and find them in L2
@@ -91,9 +114,9 @@ constexpr int kGroupRows = 8;
 // 16-byte copies from global to shared memory
 // ---------------------------------------------------------------------------
 // sm_80 and newer: cp.async copies without passing through registers, so the
-// loads for later stages are in flight while the warps compute. On sm_75 (a T4)
-// cp.async does not exist, and the same call degrades to a synchronous 16-byte
-// load and store: still correct, with no overlap of copy and compute.
+// loads for later stages are in flight while the warps compute. Below sm_80
+// cp.async does not exist, and the same call is a synchronous 16-byte load and
+// store: still correct, with no overlap of copy and compute within the block.
 __device__ __forceinline__ void copy16Async(half* shared_destination, const half* global_source,
                                             bool in_bounds) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -123,49 +146,52 @@ __device__ __forceinline__ void waitForCopies() {
 #endif
 }
 
-// Copy the stage-th 128 x 32 slice of A and 32 x 128 slice of B into shared memory.
-// Each of the 128 threads moves four 16-byte pieces of each; consecutive threads
-// take consecutive pieces of a row, so every warp reads whole 64- and 256-byte runs.
+// Copy one stage: the BlockM x BlockK slice of A and the BlockK x BlockN slice of B
+// that start at k_start. Consecutive threads take consecutive 16-byte pieces of a
+// row, so every warp reads whole runs of a row. A stage that sticks out past K (the
+// contract only asks K % 16 == 0) is filled with zeros.
+template <class Plan>
 __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const half* a,
                                           const half* b, int k, int n, int tile_row,
                                           int tile_col, int k_start) {
-    constexpr int kPiecesPerRowA = kBlockK / 8;  // 4
-    constexpr int kPiecesPerRowB = kBlockN / 8;  // 16
+    constexpr int kPiecesPerRowA = Plan::kBlockK / 8;
+    constexpr int kPiecesPerRowB = Plan::kBlockN / 8;
 #pragma unroll
-    for (int i = 0; i < (kBlockM * kPiecesPerRowA) / kThreads; ++i) {
-        const int piece = threadIdx.x + i * kThreads;
+    for (int i = 0; i < Plan::kBlockM * kPiecesPerRowA / Plan::kThreads; ++i) {
+        const int piece = threadIdx.x + i * Plan::kThreads;
         const int row = piece / kPiecesPerRowA;
         const int col = (piece % kPiecesPerRowA) * 8;
         const bool in_bounds = k_start + col < k;
-        const half* source =
-            a + (static_cast<size_t>(tile_row) * kBlockM + row) * k + (in_bounds ? k_start + col : 0);
-        copy16Async(shared_a + row * kStrideA + col, source, in_bounds);
+        const half* source = a + (static_cast<size_t>(tile_row) * Plan::kBlockM + row) * k +
+                             (in_bounds ? k_start + col : 0);
+        copy16Async(shared_a + row * Plan::kStrideA + col, source, in_bounds);
     }
 #pragma unroll
-    for (int i = 0; i < (kBlockK * kPiecesPerRowB) / kThreads; ++i) {
-        const int piece = threadIdx.x + i * kThreads;
+    for (int i = 0; i < Plan::kBlockK * kPiecesPerRowB / Plan::kThreads; ++i) {
+        const int piece = threadIdx.x + i * Plan::kThreads;
         const int row = piece / kPiecesPerRowB;
         const int col = (piece % kPiecesPerRowB) * 8;
         const bool in_bounds = k_start + row < k;
-        const half* source =
-            b + static_cast<size_t>(in_bounds ? k_start + row : 0) * n + tile_col * kBlockN + col;
-        copy16Async(shared_b + row * kStrideB + col, source, in_bounds);
+        const half* source = b + static_cast<size_t>(in_bounds ? k_start + row : 0) * n +
+                             tile_col * Plan::kBlockN + col;
+        copy16Async(shared_b + row * Plan::kStrideB + col, source, in_bounds);
     }
 }
 
 // ---------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------
-__global__ void __launch_bounds__(kThreads)
+template <class Plan>
+__global__ void __launch_bounds__(Plan::kThreads)
     wmmaGemmKernel(const half* __restrict__ a, const half* __restrict__ b, float* __restrict__ c,
                    int m, int n, int k) {
     extern __shared__ __align__(128) unsigned char shared_bytes[];
     half* shared_a = reinterpret_cast<half*>(shared_bytes);
-    half* shared_b = shared_a + kStages * kStageHalvesA;
+    half* shared_b = shared_a + Plan::kStages * Plan::kStageHalvesA;
 
     // Which tile of C this block owns, in grouped order (see kGroupRows).
-    const int tiles_m = m / kBlockM;
-    const int tiles_n = n / kBlockN;
+    const int tiles_m = m / Plan::kBlockM;
+    const int tiles_n = n / Plan::kBlockN;
     const int tiles_per_group = kGroupRows * tiles_n;
     const int group = blockIdx.x / tiles_per_group;
     const int first_row = group * kGroupRows;
@@ -175,8 +201,8 @@ __global__ void __launch_bounds__(kThreads)
     const int tile_col = index_in_group / rows_in_group;
 
     const int warp = threadIdx.x / 32;
-    const int warp_row = warp / kWarpsN;
-    const int warp_col = warp % kWarpsN;
+    const int warp_row = warp / Plan::kWarpsN;
+    const int warp_col = warp % Plan::kWarpsN;
 
     wmma::fragment<wmma::accumulator, kWmmaSize, kWmmaSize, kWmmaSize, float>
         accumulators[kFragmentsM][kFragmentsN];
@@ -185,15 +211,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
 
-    const int k_tiles = (k + kBlockK - 1) / kBlockK;
+    const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK;
 
     // Prologue: start the copies of the first kStages - 1 stages. A group is
     // committed even when empty, so that the wait counts below stay exact.
 #pragma unroll
-    for (int stage = 0; stage < kStages - 1; ++stage) {
+    for (int stage = 0; stage < Plan::kStages - 1; ++stage) {
         if (stage < k_tiles)
-            loadStage(shared_a + stage * kStageHalvesA, shared_b + stage * kStageHalvesB, a, b, k,
-                      n, tile_row, tile_col, stage * kBlockK);
+            loadStage<Plan>(shared_a + stage * Plan::kStageHalvesA,
+                            shared_b + stage * Plan::kStageHalvesB, a, b, k, n, tile_row,
+                            tile_col, stage * Plan::kBlockK);
         commitCopies();
     }
 
@@ -201,36 +228,40 @@ __global__ void __launch_bounds__(kThreads)
         // Stage k_tile has landed once at most kStages - 2 newer groups are pending;
         // the barrier makes every thread's copies visible to every warp, and also
         // proves all warps are done with the stage that the next copy overwrites.
-        waitForCopies<kStages - 2>();
+        waitForCopies<Plan::kStages - 2>();
         __syncthreads();
 
-        const int next = k_tile + kStages - 1;
+        const int next = k_tile + Plan::kStages - 1;
         if (next < k_tiles) {
-            const int next_stage = next % kStages;
-            loadStage(shared_a + next_stage * kStageHalvesA, shared_b + next_stage * kStageHalvesB,
-                      a, b, k, n, tile_row, tile_col, next * kBlockK);
+            const int next_stage = next % Plan::kStages;
+            loadStage<Plan>(shared_a + next_stage * Plan::kStageHalvesA,
+                            shared_b + next_stage * Plan::kStageHalvesB, a, b, k, n, tile_row,
+                            tile_col, next * Plan::kBlockK);
         }
         commitCopies();
 
-        const int stage = k_tile % kStages;
-        const half* stage_a = shared_a + stage * kStageHalvesA + warp_row * kWarpM * kStrideA;
-        const half* stage_b = shared_b + stage * kStageHalvesB + warp_col * kWarpN;
+        const int stage = k_tile % Plan::kStages;
+        const half* stage_a =
+            shared_a + stage * Plan::kStageHalvesA + warp_row * kWarpM * Plan::kStrideA;
+        const half* stage_b = shared_b + stage * Plan::kStageHalvesB + warp_col * kWarpN;
 #pragma unroll
-        for (int k_step = 0; k_step < kBlockK; k_step += kWmmaSize) {
+        for (int k_step = 0; k_step < Plan::kBlockK; k_step += kWmmaSize) {
             wmma::fragment<wmma::matrix_a, kWmmaSize, kWmmaSize, kWmmaSize, half, wmma::row_major>
                 a_fragments[kFragmentsM];
 #pragma unroll
             for (int i = 0; i < kFragmentsM; ++i)
-                wmma::load_matrix_sync(a_fragments[i], stage_a + i * kWmmaSize * kStrideA + k_step,
-                                       kStrideA);
-            // One B fragment at a time keeps 32 fewer registers live than four.
+                wmma::load_matrix_sync(a_fragments[i],
+                                       stage_a + i * kWmmaSize * Plan::kStrideA + k_step,
+                                       Plan::kStrideA);
+            // One B fragment at a time keeps 24 fewer registers live than four.
 #pragma unroll
             for (int j = 0; j < kFragmentsN; ++j) {
                 wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
                                wmma::row_major>
                     b_fragment;
-                wmma::load_matrix_sync(b_fragment, stage_b + k_step * kStrideB + j * kWmmaSize,
-                                       kStrideB);
+                wmma::load_matrix_sync(b_fragment,
+                                       stage_b + k_step * Plan::kStrideB + j * kWmmaSize,
+                                       Plan::kStrideB);
 #pragma unroll
                 for (int i = 0; i < kFragmentsM; ++i)
                     wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment,
@@ -244,15 +275,15 @@ __global__ void __launch_bounds__(kThreads)
     // 256-byte rows per instruction with 16-byte stores instead.
     waitForCopies<0>();
     __syncthreads();  // every warp is done reading the pipeline's shared memory
-    float* staging = reinterpret_cast<float*>(shared_bytes) + warp * kEpilogueFloatsPerWarp;
+    float* staging = reinterpret_cast<float*>(shared_bytes) + warp * Plan::kEpilogueFloatsPerWarp;
     const int lane = threadIdx.x % 32;
-    const size_t first_c_row = static_cast<size_t>(tile_row) * kBlockM + warp_row * kWarpM;
-    const int first_c_col = tile_col * kBlockN + warp_col * kWarpN;
+    const size_t first_c_row = static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * kWarpM;
+    const int first_c_col = tile_col * Plan::kBlockN + warp_col * kWarpN;
 #pragma unroll
     for (int i = 0; i < kFragmentsM; ++i) {
 #pragma unroll
         for (int j = 0; j < kFragmentsN; ++j)
-            wmma::store_matrix_sync(staging + j * kWmmaSize, accumulators[i][j], kStrideC,
+            wmma::store_matrix_sync(staging + j * kWmmaSize, accumulators[i][j], Plan::kStrideC,
                                     wmma::mem_row_major);
         __syncwarp();
         constexpr int kVectorsPerRow = kWarpN / 4;  // 16 float4 per 64-float row
@@ -260,7 +291,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int vector = lane; vector < kWmmaSize * kVectorsPerRow; vector += 32) {
             const int row = vector / kVectorsPerRow;
             const int col = (vector % kVectorsPerRow) * 4;
-            const float4 value = *reinterpret_cast<const float4*>(staging + row * kStrideC + col);
+            const float4 value =
+                *reinterpret_cast<const float4*>(staging + row * Plan::kStrideC + col);
             *reinterpret_cast<float4*>(c + (first_c_row + i * kWmmaSize + row) * n + first_c_col +
                                        col) = value;
         }
@@ -269,8 +301,24 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---------------------------------------------------------------------------
-// The launcher
+// The launchers
 // ---------------------------------------------------------------------------
+// One plan on `stream`. The caller has checked that the plan's block tile divides
+// M and N and that the sizes fit an int.
+template <class Plan>
+cudaError_t launchPlan(const half* a, const half* b, float* c, int m, int n, int k,
+                       cudaStream_t stream) {
+    // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
+    // call costs well under a microsecond and is not a stream operation, so it is
+    // also allowed while a CUDA graph is being captured.
+    const cudaError_t opt_in = cudaFuncSetAttribute(
+        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kSharedBytes);
+    if (opt_in != cudaSuccess) return opt_in;
+    const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
+    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(a, b, c, m, n, k);
+    return cudaGetLastError();
+}
+
 // Launches on `stream` and returns the launch status. It checks the shape rules
 // again, because a caller that skipped them would read and write out of bounds;
 // it answers cudaErrorInvalidValue instead.
@@ -278,18 +326,26 @@ cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, siz
                            cudaStream_t stream) {
     if (m % kTileM != 0 || n % kTileN != 0 || k % kTileK != 0) return cudaErrorInvalidValue;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
-    const size_t tiles = (m / kBlockM) * (n / kBlockN);
-    if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
-    if (tiles > INT_MAX) return cudaErrorInvalidValue;
+    const size_t square_tiles = (m / kTileM) * (n / kTileN);
+    if (square_tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
+    if (square_tiles > INT_MAX) return cudaErrorInvalidValue;
+    const int rows = static_cast<int>(m), cols = static_cast<int>(n), depth = static_cast<int>(k);
 
-    // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
-    // call costs well under a microsecond and is not a stream operation, so it is
-    // also allowed while a CUDA graph is being captured.
-    const cudaError_t opt_in = cudaFuncSetAttribute(
-        wmmaGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
-    if (opt_in != cudaSuccess) return opt_in;
+    // Which code the driver runs on this device: the PTX architecture that the kernel
+    // was compiled for (75 in a T4's build, and in a compute_75 build run on any card).
+    cudaFuncAttributes compiled;
+    cudaError_t status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>);
+    if (status != cudaSuccess) return status;
+    if (compiled.ptxVersion < 80) return launchPlan<TuringPlan>(a, b, c, rows, cols, depth, stream);
 
-    wmmaGemmKernel<<<static_cast<unsigned>(tiles), kThreads, kSharedBytes, stream>>>(
-        a, b, c, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
-    return cudaGetLastError();
+    // The wide tile only when it divides M and still gives every SM a block: below
+    // that, square tiles spread the same work over more SMs.
+    int device, multiprocessors;
+    if ((status = cudaGetDevice(&device)) != cudaSuccess) return status;
+    status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    if (status != cudaSuccess) return status;
+    const size_t wide_tiles = (m / WidePlan::kBlockM) * (n / WidePlan::kBlockN);
+    if (m % WidePlan::kBlockM == 0 && wide_tiles >= static_cast<size_t>(multiprocessors))
+        return launchPlan<WidePlan>(a, b, c, rows, cols, depth, stream);
+    return launchPlan<SquarePlan>(a, b, c, rows, cols, depth, stream);
 }

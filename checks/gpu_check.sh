@@ -7,6 +7,9 @@
 #   bash checks/gpu_check.sh builds OUT   # compute-sanitizer; the compute_75 PTX path
 #                                         # (the T4's code, JIT-compiled); pip's CUDA
 #                                         # toolkit alone; the build checks
+#   bash checks/gpu_check.sh forward OUT  # the forward's tile plans: the gate for sm_90a
+#                                         # and compute_75, every plan timed, the sm_75
+#                                         # cubin's registers, ncu on the wide plan
 #
 # For pip's toolkit the part expects the cuda-toolkit[nvcc,cccl] wheels, at torch's
 # CUDA version, installed with `pip install --target "$PIP_TOOLKIT_SITE"`; it skips
@@ -52,6 +55,30 @@ l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
 sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
 smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_barrier.ratio \
+        python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
+fi
+
+if [ "$part" = forward ]; then
+    step gate-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$out/gate" gate.cu
+    step gate "$out/gate"
+    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 -o "$out/gate75" gate.cu
+    step gate-compute75 "$out/gate75"
+    # The registers each plan takes in a T4's machine code: the occupancy arithmetic
+    # in NOTES.md starts from these.
+    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/kernel75.cubin kernel.cu &&
+        cuobjdump --dump-resource-usage $out/kernel75.cubin; rm -f $out/kernel75.cubin"
+    step forward-variants python3 checks/forward_variants.py
+    step ncu-wide ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
+gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
+lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
+dram__throughput.avg.pct_of_peak_sustained_elapsed,\
+sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
+smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
 fi
