@@ -30,9 +30,8 @@ namespace wmma = nvcuda::wmma;
 // ---------------------------------------------------------------------------
 // The shape contract
 // ---------------------------------------------------------------------------
-// M and N must be multiples of 128 and K of 16, whatever tile plan a call runs
-// (below): every plan's block tile divides a 128 x 128 tile or is chosen only
-// when it divides M. binding.cpp declares these; op.py's TILE_M, TILE_N, TILE_K
+// M and N must be multiples of 128 and K of 16, whichever tile plan (below) a call
+// runs: both plans' block tiles are 128 x 128. binding.cpp declares these; op.py's TILE_M, TILE_N, TILE_K
 // are the same numbers for Python.
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
 extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
@@ -85,24 +84,21 @@ struct TilePlan {
                   "the epilogue's staging must fit in the pipeline's shared memory");
 };
 
-// The three plans the launcher chooses from (launchWmmaGemm, at the end).
+// The two plans the launcher chooses from (launchWmmaGemm, at the end).
 //
-// Wide: 256 x 128, eight warps. It reads 2 x (256 + 128) x K bytes of A and B from
-// L2 for 2 x 256 x 128 x K flops: 85 flops a byte against 64 for 128 x 128, whose
-// kernel was bound by L2 throughput. 85.5 KB in three stages: one block (eight warps)
-// per SM, as many warps as two 128 x 128 blocks.
-using WidePlan = TilePlan<256, 128, 32, 3>;
-// Square: 128 x 128, four warps; for M that 256 does not divide, and for grids too
-// small to give every SM a wide tile. 55.5 KB: two blocks per SM on sm_80 and up.
-// Three stages of 32: while the warps multiply one stage, the copies for the next
-// two are in flight. 64-deep stages measured slower: more registers, the same two
-// blocks per SM; four or five stages no faster.
+// Square: 128 x 128, four warps, three stages of 32 of K: while the warps multiply
+// one stage, the copies for the next two are in flight. 55.5 KB: two blocks (eight
+// warps) per SM on sm_80 and up. Measured slower (checks/NOTES.md): 64-deep stages
+// (more registers, the same two blocks per SM); four or five stages; a 256 x 128
+// tile (a third less L2 traffic, but one block of eight warps per SM, which all
+// wait at the same barrier with no second block to fill the gaps).
 using SquarePlan = TilePlan<128, 128, 32, 3>;
 // Turing: code compiled below sm_80 (a T4, sm_75) has no cp.async, so a stage is
-// copied synchronously and the latency is hidden by other blocks, not by stages in
-// flight. A T4 SM has 64 KB of shared memory: two stages of 16 take 20.5 KB, so
-// shared memory allows three blocks; 128 threads of at most 255 registers allow two
-// (2 x 128 x 256 = 65536, the register file). Square's 55.5 KB would allow one.
+// copied synchronously and the copy latency is hidden by another block's MMAs, not
+// by stages in flight. A T4 SM has 64 KB of shared memory: two stages of 16 take
+// 20.5 KB, so shared memory allows three blocks, where Square's 55.5 KB allows one;
+// 128 threads of at most 255 registers allow two (2 x 128 x 256 = 65536, the
+// register file). So two blocks per SM, by arithmetic; the registers are in NOTES.md.
 using TuringPlan = TilePlan<128, 128, 16, 2>;
 
 // Blocks are launched in groups of 8 block-rows walked column by column, so the
@@ -326,26 +322,16 @@ cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, siz
                            cudaStream_t stream) {
     if (m % kTileM != 0 || n % kTileN != 0 || k % kTileK != 0) return cudaErrorInvalidValue;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
-    const size_t square_tiles = (m / kTileM) * (n / kTileN);
-    if (square_tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
-    if (square_tiles > INT_MAX) return cudaErrorInvalidValue;
+    const size_t tiles = (m / kTileM) * (n / kTileN);
+    if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
+    if (tiles > INT_MAX) return cudaErrorInvalidValue;
     const int rows = static_cast<int>(m), cols = static_cast<int>(n), depth = static_cast<int>(k);
 
     // Which code the driver runs on this device: the PTX architecture that the kernel
-    // was compiled for (75 in a T4's build, and in a compute_75 build run on any card).
+    // was compiled for (75 in a T4's build, and in a compute_75 build on any card).
     cudaFuncAttributes compiled;
-    cudaError_t status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>);
+    const cudaError_t status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>);
     if (status != cudaSuccess) return status;
     if (compiled.ptxVersion < 80) return launchPlan<TuringPlan>(a, b, c, rows, cols, depth, stream);
-
-    // The wide tile only when it divides M and still gives every SM a block: below
-    // that, square tiles spread the same work over more SMs.
-    int device, multiprocessors;
-    if ((status = cudaGetDevice(&device)) != cudaSuccess) return status;
-    status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
-    if (status != cudaSuccess) return status;
-    const size_t wide_tiles = (m / WidePlan::kBlockM) * (n / WidePlan::kBlockN);
-    if (m % WidePlan::kBlockM == 0 && wide_tiles >= static_cast<size_t>(multiprocessors))
-        return launchPlan<WidePlan>(a, b, c, rows, cols, depth, stream);
     return launchPlan<SquarePlan>(a, b, c, rows, cols, depth, stream);
 }

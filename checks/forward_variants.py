@@ -3,7 +3,8 @@
     python checks/forward_variants.py        (needs a GPU)
 
 kernel.cu's kernel is one template over a TilePlan (block tile, stage depth, stage
-count). This tool instantiates the plans below from kernel.cu itself, checks each
+count). Each variant below is kernel.cu itself, as it is on disk, with a plan and
+with the source edits listed (in a namespace of its own); the tool checks each
 against float64 at a shape with several tile groups and a K tail, and times each
 beside cuBLAS at the same precision contract (FP16 in, FP32 accumulate and out),
 with bench.py's method: fresh random inputs rotated past the L2, medians of CUDA
@@ -23,25 +24,69 @@ import test_op  # noqa: E402  (the error bound, error_ratio)
 
 LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# name: (BlockM, BlockN, BlockK, Stages), as kernel.cu's TilePlan takes them.
-PLANS = {
-    "SquarePlan 128x128, 3 x 32": (128, 128, 32, 3),
-    "WidePlan 256x128, 3 x 32": (256, 128, 32, 3),
-    "128x256, 3 x 32": (128, 256, 32, 3),
-    "256x128, 4 x 32": (256, 128, 32, 4),
-    "256x128, 2 x 64": (256, 128, 64, 2),
-    "256x128, 3 x 64": (256, 128, 64, 3),
-    "TuringPlan 128x128, 2 x 16": (128, 128, 16, 2),
+# Source edits a variant makes to kernel.cu: (what it says, the text replaced, the text put in).
+PRELOAD_B = ("all four B fragments loaded before the MMAs", """            // One B fragment at a time keeps 24 fewer registers live than four.
+#pragma unroll
+            for (int j = 0; j < kFragmentsN; ++j) {
+                wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
+                               wmma::row_major>
+                    b_fragment;
+                wmma::load_matrix_sync(b_fragment,
+                                       stage_b + k_step * Plan::kStrideB + j * kWmmaSize,
+                                       Plan::kStrideB);
+#pragma unroll
+                for (int i = 0; i < kFragmentsM; ++i)
+                    wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment,
+                                   accumulators[i][j]);
+            }""", """            wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
+                           wmma::row_major>
+                b_fragments[kFragmentsN];
+#pragma unroll
+            for (int j = 0; j < kFragmentsN; ++j)
+                wmma::load_matrix_sync(b_fragments[j],
+                                       stage_b + k_step * Plan::kStrideB + j * kWmmaSize,
+                                       Plan::kStrideB);
+#pragma unroll
+            for (int j = 0; j < kFragmentsN; ++j)
+#pragma unroll
+                for (int i = 0; i < kFragmentsM; ++i)
+                    wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragments[j],
+                                   accumulators[i][j]);""")
+WARP_64x32 = ("64 x 32 warp tiles", "constexpr int kWarpN = 64;", "constexpr int kWarpN = 32;")
+THREE_BLOCKS = ("three blocks per SM (registers capped at 168)", "__launch_bounds__(Plan::kThreads)",
+                "__launch_bounds__(Plan::kThreads, 3)")
+GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
+
+# name: (BlockM, BlockN, BlockK, Stages) as kernel.cu's TilePlan takes them, and source edits.
+VARIANTS = {
+    "SquarePlan 128x128, 3 x 32": ((128, 128, 32, 3), []),
+    "square, B preloaded": ((128, 128, 32, 3), [PRELOAD_B]),
+    "square, 2 x 64": ((128, 128, 64, 2), []),
+    "square, 16-row groups": ((128, 128, 32, 3), [GROUPS_16]),
+    "square, 3 blocks/SM": ((128, 128, 32, 3), [THREE_BLOCKS]),
+    "square, 3 blocks/SM, 4 x 32": ((128, 128, 32, 4), [THREE_BLOCKS]),
+    "square, 3 blocks/SM, 2 x 32": ((128, 128, 32, 2), [THREE_BLOCKS]),
+    "256x128, 3 x 32": ((256, 128, 32, 3), []),
+    "256x128, 2 x 64": ((256, 128, 64, 2), []),
+    "256x128, 2 x 64, B preloaded": ((256, 128, 64, 2), [PRELOAD_B]),
+    "256x128, 16 warps 64x32, 3 x 32": ((256, 128, 32, 3), [WARP_64x32]),
+    "256x128, 16 warps 64x32, 2 x 64": ((256, 128, 64, 2), [WARP_64x32]),
+    "TuringPlan 128x128, 2 x 16": ((128, 128, 16, 2), []),
 }
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
-SOURCE = """
+BINDING = """
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include "kernel.cu"
-
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+%s
 void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c) {
     const c10::cuda::CUDAGuard guard(a.device());
     auto stream = c10::cuda::getCurrentCUDAStream();
@@ -52,19 +97,32 @@ void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c) 
     switch (index) {
 %s
     }
-    TORCH_CHECK(status == cudaSuccess, "plan ", index, ": ", cudaGetErrorString(status));
+    TORCH_CHECK(status == cudaSuccess, "variant ", index, ": ", cudaGetErrorString(status));
 }
 """
 
 
+def variant_source(index, edits):
+    """kernel.cu up to its plan launcher, with the edits made, in a namespace of its own."""
+    with open(os.path.join(LESSON, "kernel.cu")) as kernel:
+        text = kernel.read()
+    text = text[:text.index("// Launches on `stream` and returns the launch status")]
+    for what, old, new in edits:
+        if old not in text:
+            raise SystemExit(f"forward_variants: kernel.cu no longer has the text that '{what}' edits")
+        text = text.replace(old, new)
+    return f"namespace variant{index} {{\n{text}\n}}\n"
+
+
 def build():
+    sources = "".join(variant_source(index, edits) for index, (_, edits) in enumerate(VARIANTS.values()))
     cases = "\n".join(
-        f"        case {index}: status = launchPlan<TilePlan<{m}, {n}, {k}, {s}>>"
-        f"(pa, pb, c.data_ptr<float>(), m, n, k, stream); break;"
-        for index, (m, n, k, s) in enumerate(PLANS.values()))
+        f"        case {index}: status = variant{index}::launchPlan<variant{index}::TilePlan<"
+        f"{m}, {n}, {k}, {s}>>(pa, pb, c.data_ptr<float>(), m, n, k, stream); break;"
+        for index, ((m, n, k, s), _) in enumerate(VARIANTS.values()))
     return torch.utils.cpp_extension.load_inline(
         "day87_forward_variants", cpp_sources="void run_plan(int64_t, torch::Tensor, torch::Tensor, torch::Tensor);",
-        cuda_sources=SOURCE % cases, functions=["run_plan"], extra_include_paths=[LESSON],
+        cuda_sources=BINDING % (sources, cases), functions=["run_plan"],
         extra_cuda_cflags=["-O3"], verbose=False)
 
 
@@ -87,12 +145,12 @@ def main():
     m, n, k = CHECK_SHAPE
     a = torch.randn(m, k, device="cuda", dtype=torch.half)
     b = torch.randn(k, n, device="cuda", dtype=torch.half)
-    header = f"{'plan':<30}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
+    header = f"{'variant':<34}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
     print(header + "".join(f"{'x'.join(map(str, shape)):>22}" for shape in SHAPES))
-    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(PLANS)]
+    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(VARIANTS)]
     baseline_ms = {}
     for name, index, call in rows:
-        line = f"{name:<30}"
+        line = f"{name:<34}"
         if index is None:
             line += f"{'':>22}"
         else:

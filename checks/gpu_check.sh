@@ -5,11 +5,12 @@
 #   bash checks/gpu_check.sh lesson OUT   # gate, harness with and without the GPU,
 #                                         # self-test, benchmark, ncu, fuzz
 #   bash checks/gpu_check.sh builds OUT   # compute-sanitizer; the compute_75 PTX path
-#                                         # (the T4's code, JIT-compiled); pip's CUDA
-#                                         # toolkit alone; the build checks
+#                                         # (the T4's code, JIT-compiled: harness, plan
+#                                         # run, variants); pip's CUDA toolkit alone;
+#                                         # the build checks
 #   bash checks/gpu_check.sh forward OUT  # the forward's tile plans: the gate for sm_90a
-#                                         # and compute_75, every plan timed, the sm_75
-#                                         # cubin's registers, ncu on the wide plan
+#                                         # and compute_75, the sm_75 cubin's registers,
+#                                         # every variant timed (forward_variants.py)
 #
 # For pip's toolkit the part expects the cuda-toolkit[nvcc,cccl] wheels, at torch's
 # CUDA version, installed with `pip install --target "$PIP_TOOLKIT_SITE"`; it skips
@@ -36,6 +37,15 @@ step() {  # step NAME COMMAND...: run, log, and count a failure
     [ "$status" -eq 0 ] || failures=$((failures + 1))
 }
 
+# Which tile plan the operator's kernel ran, by the kernel's name in the profiler.
+plan_run='import torch, op
+a = torch.randn(256, 384, dtype=torch.half, device="cuda")
+b = torch.randn(384, 512, dtype=torch.half, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+    op.wmma_mm(a, b)
+    torch.cuda.synchronize()
+print("kernels run:", sorted({event.name for event in profile.events() if "wmma" in event.name}))'
+
 step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
     nvcc --version | tail -2; python3 -c "import torch; print(\"torch\", torch.__version__)"'
 
@@ -55,8 +65,12 @@ l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
 lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
 sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
 smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
+    step plan-run python3 -c "$plan_run"
 fi
 
 if [ "$part" = forward ]; then
@@ -69,18 +83,6 @@ if [ "$part" = forward ]; then
     step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/kernel75.cubin kernel.cu &&
         cuobjdump --dump-resource-usage $out/kernel75.cubin; rm -f $out/kernel75.cubin"
     step forward-variants python3 checks/forward_variants.py
-    step ncu-wide ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
-gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
-l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
-lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
-dram__throughput.avg.pct_of_peak_sustained_elapsed,\
-sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
-smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
-smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
-smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
-smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
-smsp__average_warp_latency_issue_stalled_barrier.ratio \
-        python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
 fi
 
 if [ "$part" = builds ]; then
@@ -107,6 +109,8 @@ print("driver: forward and backward done")'
     step gate-compute75 "$out/gate75"
     step harness-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 test_op.py
     step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87-*/day87_ext.so"
+    step compute75-plan-run env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 -c "$plan_run"
+    step compute75-variants env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 checks/forward_variants.py
 
     # pip's toolkit alone: no CUDA_HOME, no nvcc on PATH.
     if [ -d "${PIP_TOOLKIT_SITE:-/nonexistent}/nvidia" ]; then
