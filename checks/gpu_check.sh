@@ -37,14 +37,17 @@ step() {  # step NAME COMMAND...: run, log, and count a failure
     [ "$status" -eq 0 ] || failures=$((failures + 1))
 }
 
-# Which tile plan the operator's kernel ran, by the kernel's name in the profiler.
-plan_run='import torch, op
+# Which tile plan the operator's kernel ran, by the kernel's name in the profiler;
+# it fails unless the name holds EXPECTED_PLAN.
+plan_run='import os, torch, op
 a = torch.randn(256, 384, dtype=torch.half, device="cuda")
 b = torch.randn(384, 512, dtype=torch.half, device="cuda")
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
     op.wmma_mm(a, b)
     torch.cuda.synchronize()
-print("kernels run:", sorted({event.name for event in profile.events() if "wmma" in event.name}))'
+names = sorted({event.name for event in profile.events() if "wmmaGemmKernel" in event.name})
+print("kernels run:", names)
+assert any(os.environ["EXPECTED_PLAN"] in name for name in names), "expected " + os.environ["EXPECTED_PLAN"]'
 
 step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
     nvcc --version | tail -2; python3 -c "import torch; print(\"torch\", torch.__version__)"'
@@ -70,7 +73,7 @@ smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
-    step plan-run python3 -c "$plan_run"
+    step plan-run env EXPECTED_PLAN="TilePlan<128, 128, 32, 3>" python3 -c "$plan_run"
 fi
 
 if [ "$part" = forward ]; then
@@ -109,7 +112,7 @@ print("driver: forward and backward done")'
     step gate-compute75 "$out/gate75"
     step harness-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 test_op.py
     step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87-*/day87_ext.so"
-    step compute75-plan-run env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 -c "$plan_run"
+    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 16, 2>" TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 -c "$plan_run"
     step compute75-variants env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 checks/forward_variants.py
 
     # pip's toolkit alone: no CUDA_HOME, no nvcc on PATH.
