@@ -1,6 +1,7 @@
 """forward_variants.py: how the forward's tile plans were chosen.
 
-    python checks/forward_variants.py        (needs a GPU)
+    python checks/forward_variants.py              (needs a GPU)
+    python checks/forward_variants.py Plan         only the variants whose names hold "Plan"
 
 kernel.cu's kernel is one template over a TilePlan (block tile, stage depth, stage
 count). Each variant below is kernel.cu itself, as it is on disk, with a plan and
@@ -114,12 +115,12 @@ def variant_source(index, edits):
     return f"namespace variant{index} {{\n{text}\n}}\n"
 
 
-def build():
-    sources = "".join(variant_source(index, edits) for index, (_, edits) in enumerate(VARIANTS.values()))
+def build(variants):
+    sources = "".join(variant_source(index, edits) for index, (_, edits) in enumerate(variants.values()))
     cases = "\n".join(
         f"        case {index}: status = variant{index}::launchPlan<variant{index}::TilePlan<"
         f"{m}, {n}, {k}, {s}>>(pa, pb, c.data_ptr<float>(), m, n, k, stream); break;"
-        for index, ((m, n, k, s), _) in enumerate(VARIANTS.values()))
+        for index, ((m, n, k, s), _) in enumerate(variants.values()))
     return torch.utils.cpp_extension.load_inline(
         "day87_forward_variants", cpp_sources="void run_plan(int64_t, torch::Tensor, torch::Tensor, torch::Tensor);",
         cuda_sources=BINDING % (sources, cases), functions=["run_plan"],
@@ -130,7 +131,10 @@ def main():
     if not torch.cuda.is_available():
         print("forward_variants.py needs a GPU; nothing to measure here.")
         return
-    extension = build()
+    wanted = sys.argv[1:]
+    variants = {name: variant for name, variant in VARIANTS.items()
+                if not wanted or any(part in name for part in wanted)}
+    extension = build(variants)
 
     def plan_call(index):
         def call(a, b):
@@ -147,7 +151,7 @@ def main():
     b = torch.randn(k, n, device="cuda", dtype=torch.half)
     header = f"{'variant':<34}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
     print(header + "".join(f"{'x'.join(map(str, shape)):>22}" for shape in SHAPES))
-    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(VARIANTS)]
+    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(variants)]
     baseline_ms = {}
     for name, index, call in rows:
         line = f"{name:<34}"

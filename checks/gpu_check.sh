@@ -89,8 +89,10 @@ if [ "$part" = forward ]; then
 fi
 
 if [ "$part" = builds ]; then
-    # compute-sanitizer: the gate, then the operator's forward and backward through torch.
-    step gate-build nvcc -O3 -lineinfo -arch=sm_90 -o "$out/gate" gate.cu
+    # compute-sanitizer: the gate (an sm_90a build and a compute_75 one), then the
+    # operator's forward and backward through torch (the same two builds).
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o "$out/gate" gate.cu
+    step gate-compute75-build nvcc -O3 -lineinfo -gencode arch=compute_75,code=compute_75 -o "$out/gate75" gate.cu
     driver='import torch, op
 a = torch.randn(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
 b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
@@ -100,6 +102,7 @@ torch.cuda.synchronize()
 print("driver: forward and backward done")'
     for tool in memcheck racecheck synccheck initcheck; do
         step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate"
+        step "sanitize-gate-compute75-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate75"
     done
     # memcheck only: initcheck reports every element of the backward's two cuBLAS
     # products as an uninitialized read, while each of those elements is checked
@@ -108,12 +111,13 @@ print("driver: forward and backward done")'
 
     # The T4's code path: compute_75 PTX, which the driver compiles for this card
     # at load. __CUDA_ARCH__ is 750 in it: synchronous copies, no cp.async.
-    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 -o "$out/gate75" gate.cu
     step gate-compute75 "$out/gate75"
     step harness-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 test_op.py
+    step sanitize-torch-compute75-memcheck env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" \
+        compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
     step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87-*/day87_ext.so"
     step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 16, 2>" TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 -c "$plan_run"
-    step compute75-variants env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 checks/forward_variants.py
+    step compute75-variants env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 checks/forward_variants.py Plan
 
     # pip's toolkit alone: no CUDA_HOME, no nvcc on PATH.
     if [ -d "${PIP_TOOLKIT_SITE:-/nonexistent}/nvidia" ]; then
