@@ -56,6 +56,18 @@ PRELOAD_B = ("all four B fragments loaded before the MMAs", """            // On
 WARP_64x32 = ("64 x 32 warp tiles", "constexpr int kWarpN = 64;", "constexpr int kWarpN = 32;")
 THREE_BLOCKS = ("three blocks per SM (registers capped at 168)", "__launch_bounds__(Plan::kThreads)",
                 "__launch_bounds__(Plan::kThreads, 3)")
+# A T4 SM (64 KB) holds one SquarePlan block; an H200 SM (227 KB) holds two. Asking for
+# 120 KB of shared memory per block leaves room for one on the H200 too.
+ONE_BLOCK = ("one block per SM, as on a T4", """    const cudaError_t opt_in = cudaFuncSetAttribute(
+        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kSharedBytes);
+    if (opt_in != cudaSuccess) return opt_in;
+    const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
+    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(a, b, c, m, n, k);""",
+             """    const cudaError_t opt_in = cudaFuncSetAttribute(
+        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, 120 * 1024);
+    if (opt_in != cudaSuccess) return opt_in;
+    const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
+    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, 120 * 1024, stream>>>(a, b, c, m, n, k);""")
 GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
 
 # name: (BlockM, BlockN, BlockK, Stages) as kernel.cu's TilePlan takes them, and source edits.
@@ -73,6 +85,7 @@ VARIANTS = {
     "256x128, 16 warps 64x32, 3 x 32": ((256, 128, 32, 3), [WARP_64x32]),
     "256x128, 16 warps 64x32, 2 x 64": ((256, 128, 64, 2), [WARP_64x32]),
     "TuringPlan 128x128, 2 x 16": ((128, 128, 16, 2), []),
+    "SquarePlan, 1 block/SM (a T4's)": ((128, 128, 32, 3), [ONE_BLOCK]),
 }
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
