@@ -1,6 +1,6 @@
-// gate.cu: the standalone gate. kernel.cu's launcher against a float64 CPU
-// reference, with no PyTorch anywhere: if this fails, the kernel is wrong, not
-// the binding.
+// gate.cu: the standalone gate. kernel.cu's launcher, and each of its tile plans
+// directly, against a float64 CPU reference, with no PyTorch anywhere: if this
+// fails, the kernel is wrong, not the binding.
 //
 // Build and run (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_75 -o gate gate.cu && ./gate

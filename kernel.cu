@@ -31,8 +31,8 @@ namespace wmma = nvcuda::wmma;
 // The shape contract
 // ---------------------------------------------------------------------------
 // M and N must be multiples of 128 and K of 16, whichever tile plan (below) a call
-// runs: both plans' block tiles are 128 x 128. binding.cpp declares these; op.py's TILE_M, TILE_N, TILE_K
-// are the same numbers for Python.
+// runs: both plans' block tiles are 128 x 128. binding.cpp declares these; op.py's
+// TILE_M, TILE_N, TILE_K are the same numbers for Python.
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
 extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
 
@@ -88,10 +88,11 @@ struct TilePlan {
 //
 // Square: 128 x 128, four warps, three stages of 32 of K: while the warps multiply
 // one stage, the copies for the next two are in flight. 55.5 KB: two blocks (eight
-// warps) per SM on sm_80 and up. Measured slower (checks/NOTES.md): 64-deep stages
-// (more registers, the same two blocks per SM); four or five stages; a 256 x 128
-// tile (a third less L2 traffic, but one block of eight warps per SM, which all
-// wait at the same barrier with no second block to fill the gaps).
+// warps) per SM where an SM gives blocks 111 KB or more (an A100, an H100 or H200).
+// Measured no faster (checks/NOTES.md): 64-deep stages (more registers, the same two
+// blocks per SM); four or five stages; a 256 x 128 tile (a quarter less L2 traffic
+// per flop, but one block of eight warps per SM, which all wait at the same barrier
+// with no second block to fill the gaps).
 using SquarePlan = TilePlan<128, 128, 32, 3>;
 // Turing: code compiled below sm_80 (a T4, sm_75) has no cp.async, so a stage is
 // copied synchronously and the copy latency is hidden by another block's MMAs, not

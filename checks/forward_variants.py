@@ -68,6 +68,10 @@ ONE_BLOCK = ("one block per SM, as on a T4", """    const cudaError_t opt_in = c
     if (opt_in != cudaSuccess) return opt_in;
     const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
     wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, 120 * 1024, stream>>>(a, b, c, m, n, k);""")
+# A deliberately wrong kernel, so that the check column is seen to fail: no last stage.
+LAST_STAGE_DROPPED = ("the last stage dropped",
+                      "const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK;",
+                      "const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK - 1;")
 GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
 
 # name: (BlockM, BlockN, BlockK, Stages) as kernel.cu's TilePlan takes them, and source edits.
@@ -86,6 +90,7 @@ VARIANTS = {
     "256x128, 16 warps 64x32, 2 x 64": ((256, 128, 64, 2), [WARP_64x32]),
     "TuringPlan 128x128, 2 x 16": ((128, 128, 16, 2), []),
     "SquarePlan, 1 block/SM (a T4's)": ((128, 128, 32, 3), [ONE_BLOCK]),
+    "SquarePlan, no last stage (must fail)": ((128, 128, 32, 3), [LAST_STAGE_DROPPED]),
 }
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
@@ -166,6 +171,7 @@ def main():
     print(header + "".join(f"{'x'.join(map(str, shape)):>22}" for shape in SHAPES))
     rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(variants)]
     baseline_ms = {}
+    unexpected = 0  # a variant that fails the check, or a "must fail" one that passes it
     for name, index, call in rows:
         line = f"{name:<34}"
         if index is None:
@@ -173,6 +179,11 @@ def main():
         else:
             ratio = test_op.error_ratio(call(a, b), a, b)
             line += f"{100 * ratio:>20.1f}% " if ratio <= 1 else f"{'FAIL ' + format(ratio, '.3g'):>22}"
+            must_fail = "must fail" in name
+            unexpected += (ratio <= 1) == must_fail
+            if must_fail:  # a wrong kernel is not timed
+                print(line + ("  caught" if ratio > 1 else "  NOT CAUGHT"), flush=True)
+                continue
         for shape in SHAPES:
             sets = bench.input_sets(*shape)
             ms = bench.milliseconds_per_call(call, sets)
@@ -181,6 +192,9 @@ def main():
             line += f"{tflops:>14.1f} ({baseline_ms[shape] / ms:.2f})"
             del sets
         print(line, flush=True)
+    if unexpected:
+        print(f"forward_variants: {unexpected} variant(s) with an unexpected check result")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
