@@ -54,16 +54,7 @@ THREE_BLOCKS = ("three blocks per SM (registers capped at 168)", "__launch_bound
                 "__launch_bounds__(Plan::kThreads, 3)")
 # A T4 SM (64 KB) holds one SquarePlan block; an H200 SM (227 KB) holds two. Asking for
 # 120 KB of shared memory per block leaves room for one on the H200 too.
-ONE_BLOCK = ("one block per SM, as on a T4", """    const cudaError_t opt_in = cudaFuncSetAttribute(
-        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kSharedBytes);
-    if (opt_in != cudaSuccess) return opt_in;
-    const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
-    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(a, b, c, m, n, k);""",
-             """    const cudaError_t opt_in = cudaFuncSetAttribute(
-        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, 120 * 1024);
-    if (opt_in != cudaSuccess) return opt_in;
-    const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
-    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, 120 * 1024, stream>>>(a, b, c, m, n, k);""")
+ONE_BLOCK = ("one block per SM, as on a T4", "Plan::kSharedBytes", "(120 * 1024)")
 # A deliberately wrong kernel, so that the check column is seen to fail: no last stage.
 LAST_STAGE_DROPPED = ("the last stage dropped",
                       "const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK;",
