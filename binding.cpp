@@ -5,14 +5,20 @@
 // numerically). op.py builds this file at import and adds the two registrations
 // that live in Python: the fake implementation and the backward formula.
 //
+// A second operator, day87::wmma_mm_backward, is the CUDA backward's products in one
+// dispatcher call (op.py's _backward calls it; its fake is in op.py too).
+//
 // op.py defines DAY87_WITH_CUDA when it builds kernel.cu beside this file; without
 // it (a CPU-only torch, or no nvcc) the CUDA half compiles out.
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
+#include <torch/version.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <tuple>
 
 #ifdef DAY87_WITH_CUDA
 // c10's guard and stream headers, not ATen/cuda/CUDAContext.h: that one also pulls
@@ -26,6 +32,14 @@
 cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
                            size_t k, cudaStream_t stream);
 extern const int kTileM, kTileN, kTileK;
+// The backward's helpers, also in kernel.cu.
+cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
+                              int64_t col_stride, __half* scaled, float* unscale, float* workspace,
+                              cudaStream_t stream);
+cudaError_t launchUnscaleToHalf(const float* first, __half* first_out, int64_t first_count,
+                                const float* second, __half* second_out, int64_t second_count,
+                                const float* unscale, cudaStream_t stream);
+extern const int kMaxHelperBlocks;
 #endif
 
 namespace {
@@ -133,6 +147,64 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
                 std::string("day87::wmma_mm: launch failed: ") + cudaGetErrorString(status));
     return c;
 }
+
+// The backward's products on tensor cores: grad_a = grad @ b^T where b is given and
+// grad_b = a^T @ grad where a is given (op.py's _setup_context saves each input only
+// when its partner needs a gradient), FP16, from an FP32 grad. kernel.cu's helpers say
+// why grad is scaled by a power of two first. One dispatcher call and five kernels
+// (two scaling passes, two cuBLAS products, one unscaling pass): each op that
+// autograd's backward thread issues costs tens of microseconds of host time, and
+// the same work as twelve ATen ops made a small layer's step host-bound.
+std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
+                                                      const std::optional<at::Tensor>& a,
+                                                      const std::optional<at::Tensor>& b) {
+    TORCH_CHECK(grad.dim() == 2 && grad.scalar_type() == at::kFloat,
+                "day87::wmma_mm_backward: grad must be a 2-D torch.float32 tensor; got " + text(grad));
+    for (const auto* input : {&a, &b})
+        TORCH_CHECK(!input->has_value() || ((*input)->scalar_type() == at::kHalf &&
+                                            (*input)->device() == grad.device()),
+                    "day87::wmma_mm_backward: a and b must be torch.float16 on grad's device; got " +
+                        text(**input) + " and grad " + text(grad));
+    TORCH_CHECK(!b.has_value() || (b->dim() == 2 && b->size(1) == grad.size(1)),
+                "day87::wmma_mm_backward: b must be K x N for an M x N grad");
+    TORCH_CHECK(!a.has_value() || (a->dim() == 2 && a->size(0) == grad.size(0)),
+                "day87::wmma_mm_backward: a must be M x K for an M x N grad");
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+    const c10::cuda::CUDAGuard guard(grad.device());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(grad.device().index()).stream();
+    const auto half_pointer = [](at::Tensor& t) {
+        return reinterpret_cast<__half*>(t.mutable_data_ptr<at::Half>());
+    };
+    // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
+    // safe inside a CUDA graph capture. The last float is the unscale factor.
+    at::Tensor workspace = at::empty({kMaxHelperBlocks + 1}, grad.options());
+    float* unscale = workspace.mutable_data_ptr<float>() + kMaxHelperBlocks;
+    at::Tensor scaled = at::empty(grad.sizes(), grad.options().dtype(at::kHalf));
+    cudaError_t status = launchScaleToHalf(grad.const_data_ptr<float>(), grad.size(0), grad.size(1),
+                                           grad.stride(0), grad.stride(1), half_pointer(scaled),
+                                           unscale, workspace.mutable_data_ptr<float>(), stream);
+    TORCH_CHECK(status == cudaSuccess,
+                std::string("day87::wmma_mm_backward: launch failed: ") + cudaGetErrorString(status));
+    // cuBLAS, FP16 in and FP32 out; b.t() and a.t() are views that it reads transposed.
+    const at::Tensor product_a = b.has_value() ? at::mm(scaled, b->t(), at::kFloat) : at::Tensor();
+    const at::Tensor product_b = a.has_value() ? at::mm(a->t(), scaled, at::kFloat) : at::Tensor();
+    // An undefined tensor reaches Python as None: no gradient for that input.
+    at::Tensor grad_a, grad_b;
+    if (product_a.defined()) grad_a = at::empty(product_a.sizes(), product_a.options().dtype(at::kHalf));
+    if (product_b.defined()) grad_b = at::empty(product_b.sizes(), product_b.options().dtype(at::kHalf));
+    status = launchUnscaleToHalf(
+        product_a.defined() ? product_a.const_data_ptr<float>() : nullptr,
+        grad_a.defined() ? half_pointer(grad_a) : nullptr, product_a.defined() ? product_a.numel() : 0,
+        product_b.defined() ? product_b.const_data_ptr<float>() : nullptr,
+        grad_b.defined() ? half_pointer(grad_b) : nullptr, product_b.defined() ? product_b.numel() : 0,
+        unscale, stream);
+    TORCH_CHECK(status == cudaSuccess,
+                std::string("day87::wmma_mm_backward: launch failed: ") + cudaGetErrorString(status));
+    return {grad_a, grad_b};
+#else
+    TORCH_CHECK(false, "day87::wmma_mm_backward needs torch 2.8 or newer (torch.mm with out_dtype)");
+#endif
+}
 #endif
 
 // The reference path. It exists so that gradcheck has a forward it can perturb
@@ -148,11 +220,13 @@ at::Tensor wmmaMmCpu(const at::Tensor& a, const at::Tensor& b) {
 // compiler read it. No `!` annotations: the op neither mutates nor aliases an input.
 TORCH_LIBRARY(day87, m) {
     m.def("wmma_mm(Tensor a, Tensor b) -> Tensor");
+    m.def("wmma_mm_backward(Tensor grad, Tensor? a, Tensor? b) -> (Tensor, Tensor)");
 }
 
 #ifdef DAY87_WITH_CUDA
 TORCH_LIBRARY_IMPL(day87, CUDA, m) {
     m.impl("wmma_mm", &wmmaMmCuda);
+    m.impl("wmma_mm_backward", &wmmaMmBackwardCuda);
 }
 #endif
 

@@ -13,7 +13,10 @@
 //   - included by gate.cu, the standalone check:
 //       nvcc -O3 -arch=sm_90 -o gate gate.cu && ./gate
 //
-// This file never exits and never synchronizes: the launcher returns the launch
+// The end of the file holds the backward's helpers: the three small kernels that
+// scale op.py's FP32 gradient into FP16 for the tensor cores and back.
+//
+// This file never exits and never synchronizes: the launchers return the launch
 // status, and the caller (an operator that raises, or gate.cu's CUDA_CHECK) decides
 // what an error means. A device-wide synchronize here would make every call a barrier.
 
@@ -21,6 +24,7 @@
 #include <cuda_runtime.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -336,4 +340,118 @@ cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, siz
     if (status != cudaSuccess) return status;
     if (compiled.ptxVersion < 80) return launchPlan<TuringPlan>(a, b, c, rows, cols, depth, stream);
     return launchPlan<SquarePlan>(a, b, c, rows, cols, depth, stream);
+}
+
+
+// ---------------------------------------------------------------------------
+// The backward's helpers
+// ---------------------------------------------------------------------------
+// binding.cpp's wmmaMmBackwardCuda computes grad_a = grad @ b^T and grad_b = a^T @ grad
+// with cuBLAS on tensor cores, FP16 in and FP32 out. grad arrives in FP32, and cast as
+// it is its small values would be lost (FP16's smallest normal is 2^-14, about 6e-5).
+// So it is multiplied by the power of two that puts its largest magnitude in
+// [2^14, 2^15) before the cast, and the products are divided by the same power of two
+// before they are rounded to FP16: exact, since only exponents move. The largest
+// magnitude never leaves the device, so nothing here waits for the GPU.
+//
+// Three kernels, because the scale needs every element's magnitude before the first
+// element can be cast: (1) each block finds the largest magnitude of its rows;
+// (2) each block of the cast reads those partial results, so every block derives the
+// same scale, and casts its rows; (3) after the products, one launch unscales both.
+constexpr int kHelperThreads = 256;
+// The partial maxima's workspace holds this many floats; binding.cpp allocates it.
+extern const int kMaxHelperBlocks = 1024;
+
+// The largest |value| over this block's threads, in every thread's return value.
+__device__ float blockLargest(float value) {
+    __shared__ float warp_largest[kHelperThreads / 32];
+    for (int offset = 16; offset > 0; offset /= 2)
+        value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    if (threadIdx.x % 32 == 0) warp_largest[threadIdx.x / 32] = value;
+    __syncthreads();
+    value = warp_largest[0];
+    for (int w = 1; w < kHelperThreads / 32; ++w) value = fmaxf(value, warp_largest[w]);
+    return value;
+}
+
+// Rows are walked block by block and columns thread by thread: coalesced for a
+// row-major grad, and correct for any strides (autograd can hand over an expanded
+// gradient: c.sum().backward() gives one with strides 0, 0).
+struct StridedMatrix {
+    const float* data;
+    int64_t rows, cols, row_stride, col_stride;
+};
+
+__global__ void __launch_bounds__(kHelperThreads)
+    largestMagnitudeKernel(StridedMatrix grad, float* block_largest) {
+    float largest = 0.0f;
+    for (int64_t row = blockIdx.x; row < grad.rows; row += gridDim.x)
+        for (int64_t col = threadIdx.x; col < grad.cols; col += blockDim.x)
+            largest = fmaxf(largest, fabsf(grad.data[row * grad.row_stride + col * grad.col_stride]));
+    largest = blockLargest(largest);
+    if (threadIdx.x == 0) block_largest[blockIdx.x] = largest;
+}
+
+__global__ void __launch_bounds__(kHelperThreads)
+    scaleToHalfKernel(StridedMatrix grad, const float* block_largest, int partial_count,
+                      half* scaled, float* unscale) {
+    float largest = 0.0f;
+    for (int i = threadIdx.x; i < partial_count; i += blockDim.x)
+        largest = fmaxf(largest, block_largest[i]);
+    largest = blockLargest(largest);
+    // largest = m * 2^e with m in [0.5, 1), so largest * 2^(15 - e) is in [2^14, 2^15).
+    // 2^(15 - e) is built from its FP32 bits, biased exponent 127 + 15 - e, clamped to
+    // the normal range; its reciprocal, biased exponent 254 minus that, is exact too.
+    int exponent;
+    frexpf(largest, &exponent);
+    const int biased = min(max(142 - exponent, 1), 253);
+    const float scale = __int_as_float(biased << 23);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *unscale = __int_as_float((254 - biased) << 23);
+    for (int64_t row = blockIdx.x; row < grad.rows; row += gridDim.x)
+        for (int64_t col = threadIdx.x; col < grad.cols; col += blockDim.x)
+            scaled[row * grad.cols + col] = __float2half_rn(
+                grad.data[row * grad.row_stride + col * grad.col_stride] * scale);
+}
+
+// Both products in one launch: elements [0, first_count) come from `first`, the rest
+// from `second`. Each is multiplied by *unscale in FP32 and rounded once to FP16.
+__global__ void __launch_bounds__(kHelperThreads)
+    unscaleToHalfKernel(const float* first, half* first_out, int64_t first_count,
+                        const float* second, half* second_out, int64_t second_count,
+                        const float* unscale) {
+    const float factor = *unscale;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+         i < first_count + second_count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        if (i < first_count)
+            first_out[i] = __float2half_rn(first[i] * factor);
+        else
+            second_out[i - first_count] = __float2half_rn(second[i - first_count] * factor);
+    }
+}
+
+// Kernels (1) and (2): grad (rows x cols, any strides) into `scaled` (row-major FP16)
+// and the power of two to divide the products by into *unscale. `workspace` holds
+// kMaxHelperBlocks floats.
+cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
+                              int64_t col_stride, half* scaled, float* unscale, float* workspace,
+                              cudaStream_t stream) {
+    const StridedMatrix matrix{grad, rows, cols, row_stride, col_stride};
+    const int blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxHelperBlocks));
+    largestMagnitudeKernel<<<blocks, kHelperThreads, 0, stream>>>(matrix, workspace);
+    scaleToHalfKernel<<<blocks, kHelperThreads, 0, stream>>>(matrix, workspace, blocks, scaled,
+                                                             unscale);
+    return cudaGetLastError();
+}
+
+// Kernel (3). A count of 0 leaves that output alone.
+cudaError_t launchUnscaleToHalf(const float* first, half* first_out, int64_t first_count,
+                                const float* second, half* second_out, int64_t second_count,
+                                const float* unscale, cudaStream_t stream) {
+    const int64_t total = first_count + second_count;
+    if (total == 0) return cudaSuccess;
+    const int blocks = static_cast<int>(
+        std::min<int64_t>((total + 4 * kHelperThreads - 1) / (4 * kHelperThreads), 4 * kMaxHelperBlocks));
+    unscaleToHalfKernel<<<blocks, kHelperThreads, 0, stream>>>(first, first_out, first_count, second,
+                                                               second_out, second_count, unscale);
+    return cudaGetLastError();
 }

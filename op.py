@@ -72,10 +72,14 @@ def _setup_context(ctx, inputs, output):
 def _backward(ctx, grad):
     # c[i][j] = sum_p a[i][p] b[p][j], so dL/da = grad @ b^T and dL/db = a^T @ grad.
     a, b = ctx.saved_tensors
-    if grad.is_cuda and _FP16_PRODUCTS_TO_FP32:
-        return _backward_on_tensor_cores(ctx, grad, a, b)
-    # The float64 path, and CUDA on a torch without mm(out_dtype=): the lesson's
-    # formula, two library matmuls in the accumulate dtype.
+    # Grad mode is on in a backward only under create_graph=True (a gradient penalty,
+    # a Hessian-vector product): then the formula must itself be differentiable.
+    if grad.is_cuda and _FP16_PRODUCTS_TO_FP32 and not torch.is_grad_enabled():
+        # The same two products on tensor cores, in one call: binding.cpp's
+        # wmmaMmBackwardCuda. It returns None where that gradient is not wanted.
+        return torch.ops.day87.wmma_mm_backward(grad, a, b)
+    # The float64 path, double backward, and CUDA on a torch without
+    # mm(out_dtype=): the lesson's formula, two library matmuls in the accumulate dtype.
     grad_a, grad_b = None, None
     if ctx.needs_input_grad[0]:
         # a is None on this branch (see _setup_context); b has the same dtype.
@@ -91,33 +95,16 @@ def _backward(ctx, grad):
 _FP16_PRODUCTS_TO_FP32 = "dtype" in torch.ops.aten.mm.overloads()
 
 
-def _backward_on_tensor_cores(ctx, grad, a, b):
-    """The same two products with FP16 operands on tensor cores, accumulated in
-    FP32: the lesson's FP32 matmuls run on CUDA cores, several times slower.
-    grad arrives in FP32, and cast as it is, its small values would be lost (FP16's
-    smallest normal is 2^-14, about 6e-5). So it is first multiplied by the power
-    of two that puts its largest element in [2^14, 2^15): exact, since only
-    exponents move, and computed on the device, so the host never waits. The
-    products are divided by the same power of two, exactly, then stored in FP16."""
-    largest = torch.linalg.vector_norm(grad, float("inf")) if grad.numel() else grad.new_zeros(())
-    # 2^(15 - e) for largest = m * 2^e, built from its FP32 bits (biased exponent
-    # 127 + 15 - e), so exact by construction; its reciprocal is exact too.
-    scale = ((142 - torch.frexp(largest).exponent).clamp(1, 253) << 23).view(torch.float32)
-    unscale = scale.reciprocal()
-    # One pass each way: out= multiplies in FP32 and rounds once into FP16.
-    half_grad = torch.mul(grad, scale, out=torch.empty_like(grad, dtype=torch.half))
-    grad_a, grad_b = None, None
-    if ctx.needs_input_grad[0]:  # b.t() is a view: cuBLAS reads it transposed, no copy
-        grad_a = torch.mm(half_grad, b.t(), out_dtype=torch.float32)
-        grad_a = torch.mul(grad_a, unscale, out=torch.empty_like(grad_a, dtype=torch.half))
-    if ctx.needs_input_grad[1]:
-        grad_b = torch.mm(a.t(), half_grad, out_dtype=torch.float32)
-        grad_b = torch.mul(grad_b, unscale, out=torch.empty_like(grad_b, dtype=torch.half))
-    return grad_a, grad_b
+def _fake_backward(grad, a, b):
+    # wmma_mm_backward's output metadata, for torch.compile's trace of the backward:
+    # grad_a where b is given, grad_b where a is given, FP16 like the inputs.
+    return (grad.new_empty((grad.shape[0], b.shape[0]), dtype=b.dtype) if b is not None else None,
+            grad.new_empty((a.shape[1], grad.shape[1]), dtype=a.dtype) if a is not None else None)
 
 
 def _register():
-    """The two registrations that live in Python. They need the schema that
+    """The registrations that live in Python: wmma_mm's fake and backward, and
+    the fake of the backward's own operator. They need the schemas that
     binding.cpp defines, so they run once the library is loaded (end of file)."""
     # A Library object owns them, unlike the lesson's decorators, so that
     # importlib.reload(op) can drop the previous module's registrations first.
@@ -125,6 +112,7 @@ def _register():
     torch.library.register_fake("day87::wmma_mm", _fake, lib=library)
     torch.library.register_autograd("day87::wmma_mm", _backward,
                                     setup_context=_setup_context, lib=library)
+    torch.library.register_fake("day87::wmma_mm_backward", _fake_backward, lib=library)
     return library
 
 

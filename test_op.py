@@ -4,7 +4,7 @@
 
 Each row prints pass, FAIL or skip with its reason; the last line is
 "N passed, N failed, N skipped", and the exit status is 1 if anything failed.
-Checks 1 to 6 are the lesson's; 7 to 14 prove the rest of what it promises.
+Checks 1 to 6 are the lesson's; 7 to 15 prove the rest of what it promises.
 Without a GPU the CUDA rows skip, the CPU rows still run, and the line before the
 last says that the kernel was not run. checks/self_test.py runs every row
 against a deliberately wrong operator and requires each to fail.
@@ -447,22 +447,85 @@ def check_profiler(mm):
 
 
 def check_no_host_sync(mm):
-    """Failure mode: a .item(), a print of a CUDA value or a synchronize inside the
-    forward or backward raises under sync debug mode 'error'."""
+    """The forward, then the backward, must return while the GPU is still busy.
+    Failure modes: a .item(), a print of a CUDA value or a stream synchronize
+    through PyTorch raises under sync debug mode 'error'; that mode does not see
+    torch.cuda.synchronize() or a cudaDeviceSynchronize() inside an extension, so
+    each call is also queued behind GPU sleep on the current stream, and a call
+    that waited for the GPU in any way returns only after the sleep has ended."""
     require_gpu()
     a = fresh(128, 64, dtype=torch.half, device="cuda", requires_grad=True)
     b = fresh(64, 256, dtype=torch.half, device="cuda", requires_grad=True)
     grad = fresh(128, 256, dtype=torch.float32, device="cuda")
+    mm(a, b).backward(grad)  # first-call costs (cuBLAS's handle, module loading) stay out
     torch.cuda.synchronize()
-    with warnings.catch_warnings():  # "sync debug mode is a prototype feature"
-        warnings.simplefilter("ignore", UserWarning)
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            mm(a, b).backward(grad)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
+    stream = torch.cuda.current_stream()
+    for phase in ("forward", "backward"):
+        c = mm(a, b) if phase == "backward" else None
+        torch.cuda.synchronize()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        with warnings.catch_warnings():  # "sync debug mode is a prototype feature"
+            warnings.simplefilter("ignore", UserWarning)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                if phase == "forward":
+                    mm(a, b)
+                else:
+                    c.backward(grad)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        waited = stream.query()  # True: the sleep queued before the call has ended
+        torch.cuda.synchronize()
+        require(not waited, f"the {phase} returned only after the GPU sleep queued before it had "
+                            "ended: it waited for the GPU (a device-wide synchronize, a stream "
+                            "synchronize, or a value read back)")
     require(a.grad is not None and b.grad is not None, "backward produced no gradients")
-    return "forward and backward ran with sync debug mode 'error'"
+    return "forward and backward returned with the GPU busy, under sync debug mode 'error'"
+
+
+# About 100 ms of GPU cycles on an H200 (125 ms on a T4): far longer than a call's
+# host time, so a call that did not wait always returns while it runs.
+SLEEP_CYCLES = 200_000_000
+
+
+def check_double_backward(mm, device):
+    """Second derivatives, as a gradient penalty or a Hessian-vector product takes
+    them (create_graph=True). On the CPU, gradgradcheck in float64; on CUDA, the
+    gradient of a function of the first gradients against float64. Failure modes:
+    a backward built from operations autograd cannot differentiate (out= products,
+    anything under no_grad) raises there or gives no second derivative."""
+    if device == "cpu":
+        a, b = (fresh(4, 3, dtype=torch.float64, requires_grad=True),
+                fresh(3, 5, dtype=torch.float64, requires_grad=True))
+        try:
+            torch.autograd.gradgradcheck(mm, (a, b))
+        except GradcheckError as error:
+            raise Fail(f"gradgradcheck: {str(error).splitlines()[0]}") from None
+        return "gradgradcheck: second derivatives agree with numerical ones"
+    require_gpu()
+    m, k, n = 128, 32, 256
+    a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
+    b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
+    weights = [fresh(*shape, dtype=torch.float32, device="cuda") for shape in ((m, n), (m, k), (k, n))]
+
+    def penalty(a, b, matmul, weights):  # a function of the first gradients
+        out, weight_a, weight_b = weights
+        grad_a, grad_b = torch.autograd.grad((torch.tanh(matmul(a, b)) * out).sum(), (a, b), create_graph=True)
+        return (grad_a.to(out.dtype) * weight_a).sum() + (grad_b.to(out.dtype) * weight_b).sum()
+
+    try:
+        penalty(a, b, mm, weights).backward()
+    except RuntimeError as error:
+        raise Fail(f"backward with create_graph=True: {str(error).splitlines()[0]}") from None
+    wide = [t.detach().double().cpu().requires_grad_() for t in (a, b)]
+    penalty(*wide, torch.mm, [w.double().cpu() for w in weights]).backward()
+    # FP16 inputs and first gradients (2^-11 each) and FP32 sums: about 1e-3 in
+    # norm, as in check 7. No second derivative, or a wrong one, is off by order 1.
+    for name, got, expected in (("a", a.grad, wide[0].grad), ("b", b.grad, wide[1].grad)):
+        require(got is not None, f"no second derivative reached {name}")
+        error = (got.double().cpu() - expected).norm() / expected.norm()
+        require(error <= 1e-2, f"second derivative for {name} is off by {error:.2e}")
+    return "second derivatives for a and b match float64"
 
 
 def check_device_guard(mm):
@@ -606,12 +669,15 @@ def lesson_rows():
         ("8 torch.compile, cuda f16", "fwd+bwd vs eager; errors as eager's", lambda: check_compile(mm, "cuda")),
         ("9 stream order", "inputs written late on a side stream", lambda: check_stream_order(mm)),
         ("10 profiler", "day87::wmma_mm with its kernel under it", lambda: check_profiler(mm)),
-        ("11 no host sync", "fwd+bwd under sync debug mode 'error'", lambda: check_no_host_sync(mm)),
+        ("11 no host sync", "fwd+bwd return with the GPU still busy", lambda: check_no_host_sync(mm)),
         ("12 device guard", "call on cuda:1 from current device 0", lambda: check_device_guard(mm)),
         ("13 backward accuracy", "grads from 1e-7..1e-5 and randn vs float64", lambda: check_backward_accuracy(mm)),
+        ("14 double backward, cpu f64", "gradgradcheck: second derivatives", lambda: check_double_backward(mm, "cpu")),
+        ("14 double backward, cuda f16", "grad of a function of the grads vs float64",
+         lambda: check_double_backward(mm, "cuda")),
         # Last: a capture that fails leaves the CUDA generator in capture state,
         # and every later torch.randn on the GPU in this process would raise.
-        ("14 CUDA graph", "fwd+bwd captured once, replayed on new values", lambda: check_cuda_graph(mm)),
+        ("15 CUDA graph", "fwd+bwd captured once, replayed on new values", lambda: check_cuda_graph(mm)),
     ]
 
 

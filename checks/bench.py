@@ -1,14 +1,27 @@
-"""bench.py: wmma_mm beside cuBLAS, and what a build and an import cost.
+"""bench.py: wmma_mm beside cuBLAS, a training step beside fp16, and what a build costs.
 
-    python checks/bench.py                 # TFLOP/s table and per-call host overhead (needs a GPU)
+    python checks/bench.py                 # every table below (needs a GPU)
     python checks/bench.py --build-times   # cold build and warm import, in fresh processes
 
-Method (for --bench): fresh random inputs, never zeros; a warm-up pass first;
-enough input sets to rotate through that they cannot all sit in L2, so every call
-reads its operands from memory; each figure is the median of 15 timings with CUDA
-events, each timing a back-to-back run of calls, divided by the number of calls.
-The baseline is cuBLAS under the same precision contract: FP16 in, FP32
-accumulate, FP32 out (torch.mm with out_dtype=torch.float32).
+The tables, in order:
+1. The forward's GPU time with host overhead taken out: calls captured in one CUDA
+   graph and replayed, operands in L2, beside cuBLAS at the same precision contract
+   (FP16 in, FP32 accumulate, FP32 out: torch.mm with out_dtype=torch.float32).
+2. The forward's throughput at large shapes: fresh random inputs, never zeros,
+   rotated through sets that are together twice the L2, so every call reads its
+   operands from memory; medians of 15 CUDA-event timings of back-to-back calls.
+3. Host overhead: wall time per call at 128^3, where the GPU finishes first.
+4. One layer's training step, x (M x K) @ w (K x N) forward and backward, side by
+   side: the op; the fp16 path that autocast takes; the op with the lesson's FP32
+   backward; the floor, the same registration with a backward that launches
+   nothing. For each: wall time per step (steps back to back), host time per step
+   (the Python call alone, GPU idle before it) and GPU time per step (the step
+   captured in a CUDA graph and replayed), and the kernels the backward launches.
+5. The same steps under torch.compile(mode="reduce-overhead"), operands marked
+   static (no input copies), timed after the warm-up steps that record the graphs.
+6. Day 88's question, where the exercise is solved: the fused wmma_mm_bias against
+   wmma_mm + bias, cuBLAS + bias and fp16 addmm, GPU time as in table 1.
+7. The backward's accuracy against float64.
 """
 
 import contextlib
@@ -19,14 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch  # noqa: E402
 
 import op  # noqa: E402
 
-SIZES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 2048),
-         (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 1024)]
+GRAPH_SIZES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 512),
+               (2048, 2048, 2048)]
+SIZES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 1024)]
+STEP_SIZES = [(256, 384, 512), (2048, 512, 2048), (4096, 1024, 4096), (8192, 4096, 4096)]  # M, K, N
 TIMINGS = 15
 
 
@@ -72,6 +88,34 @@ def milliseconds_per_call(function, sets, target_ms=20.0):
     return statistics.median(timings)
 
 
+def graph_microseconds(function, calls=200, replays=7):
+    """GPU time per call with no host in the way: `calls` calls captured in one CUDA
+    graph (warmed up on a side stream first, as capture requires), the graph
+    replayed, the median replay divided by `calls`."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            function()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            function()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timings = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        timings.append(1e3 * start.elapsed_time(end) / calls)
+    del graph
+    return statistics.median(timings)
+
+
 def host_microseconds_per_call(function, a, b, calls=2000):
     """Wall time per call at a size where the GPU finishes first: the host's cost."""
     for _ in range(50):
@@ -85,13 +129,17 @@ def host_microseconds_per_call(function, a, b, calls=2000):
     return 1e6 * elapsed / calls
 
 
-def bench():
-    if not torch.cuda.is_available() or not op.BUILD["with_cuda"]:
-        print("bench.py needs a GPU and the extension's CUDA part; nothing to measure here.")
-        return
-    base, base_name = baseline()
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
-          f"baseline {base_name}")
+def forward_tables(base, base_name):
+    print(f"1. forward GPU time, CUDA-graph replays (200 calls a graph, operands in L2), microseconds")
+    print(f"{'M':>6}{'N':>6}{'K':>6}{'wmma_mm':>10}{base_name:>26}{'ratio':>7}")
+    for m, n, k in GRAPH_SIZES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.half)
+        b = torch.randn(k, n, device="cuda", dtype=torch.half)
+        ours = graph_microseconds(lambda: op.wmma_mm(a, b))
+        theirs = graph_microseconds(lambda: base(a, b))
+        print(f"{m:>6}{n:>6}{k:>6}{ours:>10.2f}{theirs:>26.2f}{ours / theirs:>7.2f}", flush=True)
+    print()
+    print("2. forward throughput, operands rotated past the L2, CUDA events")
     print(f"{'M':>6}{'N':>6}{'K':>6}{'wmma_mm TFLOP/s':>17}{'cuBLAS TFLOP/s':>16}{'ratio':>7}"
           f"{'wmma_mm us':>12}{'cuBLAS us':>11}")
     for m, n, k in SIZES:
@@ -103,7 +151,7 @@ def bench():
               f"{theirs / ours:>7.2f}{1e3 * ours:>12.1f}{1e3 * theirs:>11.1f}", flush=True)
         del sets
     print()
-    print("host overhead at 128^3, microseconds of wall time per call")
+    print("3. host overhead at 128^3, microseconds of wall time per call")
     print(f"{'inputs':<22}{'wmma_mm':>10}{base_name:>28}")
     for requires_grad in (False, True):
         (a, b), = input_sets(128, 128, 128, requires_grad)[:1]
@@ -112,9 +160,11 @@ def bench():
         label = "requires_grad=True" if requires_grad else "plain tensors"
         print(f"{label:<22}{ours:>10.1f}{theirs:>28.1f}")
     print()
-    training_step()
 
 
+# ---------------------------------------------------------------------------
+# The training step
+# ---------------------------------------------------------------------------
 @contextlib.contextmanager
 def lessons_backward():
     """op.py's backward as the lesson wrote it (FP32 matmuls), for comparison only."""
@@ -125,32 +175,167 @@ def lessons_backward():
         op._FP16_PRODUCTS_TO_FP32 = True
 
 
-def training_step():
-    """One layer's forward and backward, x (M x K) @ w (K x N), the op beside the
-    fp16 path that autocast takes (FP16 in and out, backward on an FP16 grad), and
-    the op with the lesson's FP32 backward; then the backward's accuracy."""
-    print("forward + backward, milliseconds per step (gradients from torch.autograd.grad)")
-    print(f"{'M':>6}{'K':>6}{'N':>6}{'fp16 x @ w':>12}{'wmma_mm':>10}{'ratio':>7}"
-          f"{'wmma_mm, lesson FP32 backward':>31}")
-    for m, k, n in ((8192, 4096, 4096), (256, 384, 512)):
-        sets = input_sets(m, n, k, requires_grad=True)
-        grad32, grad16 = torch.randn(m, n, device="cuda"), torch.randn(m, n, device="cuda").half()
+def floor_operator():
+    """wmma_mm's forward under the same kind of registration (a fake, register_autograd),
+    with a backward that launches nothing: it returns zeros made before timing. The
+    distance from the op's step to this one is what its backward costs."""
+    library = torch.library.Library("day87_bench", "DEF")
+    library.define("floor(Tensor a, Tensor b) -> Tensor")
 
-        def fp16_path(x, w):
-            return torch.autograd.grad(x @ w, (x, w), grad16)
+    def kernel(a, b):
+        with torch.no_grad():  # opaque to autograd, as a C++ kernel is
+            return torch.ops.day87.wmma_mm(a, b)
 
-        def with_op(x, w):
-            return torch.autograd.grad(op.wmma_mm(x, w), (x, w), grad32)
+    library.impl("floor", kernel, "CUDA")
+    torch.library.register_fake("day87_bench::floor", op._fake, lib=library)
+    zeros = {}
 
-        base = milliseconds_per_call(fp16_path, sets)
-        ours = milliseconds_per_call(with_op, sets)
-        with lessons_backward():
-            lesson = milliseconds_per_call(with_op, sets)
-        print(f"{m:>6}{k:>6}{n:>6}{base:>12.3f}{ours:>10.3f}{ours / base:>7.2f}{lesson:>31.3f}", flush=True)
-        del sets
+    def setup_context(ctx, inputs, output):
+        ctx.shapes = [tuple(t.shape) for t in inputs]
+
+    def backward(ctx, grad):
+        return tuple(zeros[shape] for shape in ctx.shapes)
+
+    torch.library.register_autograd("day87_bench::floor", backward, setup_context=setup_context, lib=library)
+
+    def prepare(*tensors):
+        for t in tensors:
+            zeros.setdefault(tuple(t.shape), torch.zeros_like(t))
+
+    return library, torch.ops.day87_bench.floor, prepare
+
+
+def step_variants(floor):
+    """name: (forward, the dtype of the output gradient, a context to run it in)."""
+    return {"op": (op.wmma_mm, torch.float32, contextlib.nullcontext),
+            "fp16 x @ w": (torch.mm, torch.half, contextlib.nullcontext),
+            "lesson FP32 bwd": (op.wmma_mm, torch.float32, lessons_backward),
+            "floor": (floor, torch.float32, contextlib.nullcontext)}
+
+
+def backward_kernels(forward, x, w, grad):
+    """How many kernels (and memsets, copies) one eager backward puts on the GPU."""
+    from torch.profiler import ProfilerActivity, profile
+    out = forward(x, w)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            torch.autograd.grad(out, (x, w), grad)
+            torch.cuda.synchronize()
+    return sum(1 for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def time_step(step, steps):
+    """(wall, host) microseconds per step: steps back to back, and the call alone."""
+    for _ in range(5):
+        step()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    wall = 1e6 * (time.perf_counter() - start) / steps
+    host = []
+    for _ in range(min(steps, 50)):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        host.append(1e6 * (time.perf_counter() - start))
+    torch.cuda.synchronize()
+    return wall, statistics.median(host)
+
+
+def training_step_tables():
+    library, floor, prepare_floor = floor_operator()  # noqa: F841, kept alive
+    variants = step_variants(floor)
+    print("4. one layer, forward + backward (torch.autograd.grad of x @ w), eager, microseconds per step")
+    print("   wall: steps back to back; host: the Python call alone; GPU: the step replayed as a CUDA graph;")
+    print("   kernels: what one backward launches (profiler)")
+    header = f"{'M x K x N':<18}" + "".join(f"{name:>30}" for name in variants) + f"{'op / fp16 (wall, GPU)':>24}"
+    print(header)
+    print(f"{'':<18}" + f"{'wall  host   GPU  kernels':>30}" * len(variants))
+    compiled_rows = []
+    for m, k, n in STEP_SIZES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
+        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
+        prepare_floor(x, w)
+        grads = {torch.float32: torch.randn(m, n, device="cuda")}
+        grads[torch.half] = grads[torch.float32].half()
+        steps = 200 if m * n * k < 2**33 else 50
+        cells, figures = [], {}
+        for name, (forward, grad_dtype, context) in variants.items():
+            grad = grads[grad_dtype]
+            with context():
+                def step(forward=forward, grad=grad):
+                    return torch.autograd.grad(forward(x, w), (x, w), grad)
+                wall, host = time_step(step, steps)
+                gpu = graph_microseconds(step, calls=10 if steps == 200 else 2, replays=5)
+                kernels = backward_kernels(forward, x, w, grad)
+            figures[name] = (wall, gpu)
+            cells.append(f"{wall:>8.0f}{host:>6.0f}{gpu:>6.0f}{kernels:>9}")
+        ratio = f"{figures['op'][0] / figures['fp16 x @ w'][0]:.2f}, {figures['op'][1] / figures['fp16 x @ w'][1]:.2f}"
+        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>30}" for cell in cells) + f"{ratio:>24}", flush=True)
+        compiled_rows.append((m, k, n, x, w, grads))
     print()
+    compiled_step_table(variants, compiled_rows)
+
+
+def compiled_step_table(variants, rows):
+    print('5. the same steps under torch.compile(mode="reduce-overhead"), microseconds per step')
+    print("   operands marked static (no input copies); timed after 3 warm-up steps record the graphs;")
+    print("   wall and host as in table 4")
+    names = [name for name in variants if name != "floor"]
+    print(f"{'M x K x N':<18}" + "".join(f"{name:>22}" for name in names) + f"{'op / fp16 (wall)':>18}")
+    for m, k, n, x, w, grads in rows:
+        torch._dynamo.mark_static_address(x)
+        torch._dynamo.mark_static_address(w)
+        cells, walls = [], {}
+        for name in names:
+            forward, grad_dtype, context = variants[name]
+            grad = grads[grad_dtype]
+            torch._dynamo.reset()
+            with context():
+                compiled = torch.compile(lambda x, w, forward=forward: forward(x, w), mode="reduce-overhead")
+
+                def step(compiled=compiled, grad=grad):
+                    torch.compiler.cudagraph_mark_step_begin()
+                    return torch.autograd.grad(compiled(x, w), (x, w), grad)
+                wall, host = time_step(step, 200 if m * n * k < 2**33 else 50)
+            walls[name] = wall
+            cells.append(f"{wall:>14.0f}{host:>8.0f}")
+        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>22}" for cell in cells)
+              + f"{walls['op'] / walls['fp16 x @ w']:>18.2f}", flush=True)
+    torch._dynamo.reset()
+    print()
+
+
+def day88_table(base):
+    """The exercise's fused operator against the three ways to get the same output
+    without it, where the folder's wmma_mm_bias exists (the answer key applied)."""
+    if not hasattr(torch.ops.day87, "wmma_mm_bias") or not torch._C._dispatch_has_kernel_for_dispatch_key(
+            "day87::wmma_mm_bias", "CUDA"):
+        print("6. day 88's table: no CUDA wmma_mm_bias in this folder (the exercise is not solved here)\n")
+        return
+    print("6. day 88: bias in the epilogue or not, GPU time per call (CUDA-graph replays, operands in L2), us")
+    columns = ["fused wmma_mm_bias", "wmma_mm + bias", "cuBLAS f32 + bias", "addmm fp16"]
+    print(f"{'M x K x N':<18}" + "".join(f"{name:>20}" for name in columns))
+    for m, k, n in [(256, 384, 512), (512, 128, 1024), (2048, 2048, 2048), (8192, 4096, 4096)]:
+        a = torch.randn(m, k, device="cuda", dtype=torch.half)
+        b = torch.randn(k, n, device="cuda", dtype=torch.half)
+        bias = torch.randn(n, device="cuda")
+        bias16 = bias.half()
+        calls = 200 if m * n * k < 2**33 else 20
+        figures = [graph_microseconds(function, calls=calls) for function in (
+            lambda: torch.ops.day87.wmma_mm_bias(a, b, bias), lambda: op.wmma_mm(a, b) + bias,
+            lambda: base(a, b) + bias, lambda: torch.addmm(bias16, a, b))]
+        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{figure:>20.2f}" for figure in figures), flush=True)
+    print()
+
+
+def accuracy_table():
     m, k, n = 2048, 1024, 1536
-    print(f"backward accuracy at {m}x{k}x{n}: ||grad_a - float64|| / ||float64||")
+    print(f"7. backward accuracy at {m}x{k}x{n}: ||grad_a - float64|| / ||float64||")
     print(f"{'gradients':<14}{'wmma_mm':>10}{'fp16 path':>11}{'lesson FP32':>13}")
     for regime in ("randn", "1e-7..1e-5"):
         x = torch.randn(m, k, device="cuda").half().requires_grad_()
@@ -164,6 +349,18 @@ def training_step():
             errors.append(torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0])
         errors = [((e.double() - reference).norm() / reference.norm()).item() for e in errors]
         print(f"{regime:<14}{errors[0]:>10.2e}{errors[1]:>11.2e}{errors[2]:>13.2e}")
+
+
+def bench():
+    if not torch.cuda.is_available() or not op.BUILD["with_cuda"]:
+        print("bench.py needs a GPU and the extension's CUDA part; nothing to measure here.")
+        return
+    base, base_name = baseline()
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
+    forward_tables(base, base_name)
+    training_step_tables()
+    day88_table(base)
+    accuracy_table()
 
 
 def build_times():

@@ -35,13 +35,16 @@ def wrong_variants():
     library.define("syncing_backward(Tensor a, Tensor b) -> Tensor")
     library.define("stale_scale(Tensor a, Tensor b) -> Tensor")
     library.define("unscaled(Tensor a, Tensor b) -> Tensor")
+    library.define("synchronizing_backward(Tensor a, Tensor b) -> Tensor")
+    library.define("undifferentiable_backward(Tensor a, Tensor b) -> Tensor")
     def opaque_kernel(a, b):
         # Like a C++ kernel, invisible to autograd: without no_grad, autograd
         # would record the inner wmma_mm call and differentiate through it.
         with torch.no_grad():
             return torch.ops.day87.wmma_mm(a, b)
 
-    for name in ("no_fake", "no_autograd", "swapped_saves", "bare_fake", "syncing_backward", "stale_scale", "unscaled"):
+    for name in ("no_fake", "no_autograd", "swapped_saves", "bare_fake", "syncing_backward", "stale_scale", "unscaled",
+                 "synchronizing_backward", "undifferentiable_backward"):
         for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
             library.impl(name, opaque_kernel, device)
     # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler cannot trace.
@@ -89,8 +92,17 @@ def wrong_variants():
     def unscaled_backward(ctx, grad):  # what autocast does: grad cast to FP16 as it is
         return products(ctx, grad.half(), 1.0)
 
+    def synchronizing_backward(ctx, grad):  # "to see errors where they happen"
+        torch.cuda.synchronize()
+        return op._backward(ctx, grad)
+
+    def undifferentiable_backward(ctx, grad):  # right first derivatives, no graph behind them
+        with torch.no_grad():
+            return op._backward(ctx, grad)
+
     for name, backward in (("syncing_backward", syncing_backward), ("stale_scale", stale_scale_backward),
-                           ("unscaled", unscaled_backward)):
+                           ("unscaled", unscaled_backward), ("synchronizing_backward", synchronizing_backward),
+                           ("undifferentiable_backward", undifferentiable_backward)):
         torch.library.register_fake(f"day87_wrong::{name}", op._fake, lib=library)
         torch.library.register_autograd(f"day87_wrong::{name}", backward,
                                         setup_context=op._setup_context, lib=library)
@@ -111,6 +123,11 @@ def wrong_variants():
             raise RuntimeError("NaN in output")
         return c
 
+    def synchronizing_forward(a, b):  # a device-wide barrier after the launch
+        c = torch.ops.day87.wmma_mm(a, b)
+        torch.cuda.synchronize()
+        return c
+
     def plain_matmul(a, b):  # right numbers, but not the registered operator
         return torch.mm(a.float(), b.float()) if a.is_cuda else torch.mm(a, b)
 
@@ -126,6 +143,9 @@ def wrong_variants():
         "backward casts grad to FP16 unscaled": torch.ops.day87_wrong.unscaled,
         "launches on the default stream": on_default_stream,
         "reads the output back (sync)": checks_for_nan,
+        "forward calls torch.cuda.synchronize()": synchronizing_forward,
+        "backward calls torch.cuda.synchronize()": torch.ops.day87_wrong.synchronizing_backward,
+        "backward under torch.no_grad()": torch.ops.day87_wrong.undifferentiable_backward,
         "plain torch.mm": plain_matmul,
     }
 
@@ -148,12 +168,18 @@ def prove_rows():
         ("10 profiler", test_op.check_profiler, "plain torch.mm"),
         ("11 no host sync", test_op.check_no_host_sync, "reads the output back (sync)"),
         ("11 no host sync", test_op.check_no_host_sync, "backward computes its scale on the host"),
+        ("11 no host sync", test_op.check_no_host_sync, "forward calls torch.cuda.synchronize()"),
+        ("11 no host sync", test_op.check_no_host_sync, "backward calls torch.cuda.synchronize()"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "backward keeps its first scale"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "backward casts grad to FP16 unscaled"),
+        ("14 double backward, cpu f64", lambda mm: test_op.check_double_backward(mm, "cpu"),
+         "backward under torch.no_grad()"),
+        ("14 double backward, cuda f16", lambda mm: test_op.check_double_backward(mm, "cuda"),
+         "backward under torch.no_grad()"),
         # Last: a capture that fails midway leaves the CUDA generator in capture
         # state, and every later torch.randn on the GPU in this process raises.
-        ("14 CUDA graph", test_op.check_cuda_graph, "backward keeps its first scale"),
-        ("14 CUDA graph", test_op.check_cuda_graph, "reads the output back (sync)"),
+        ("15 CUDA graph", test_op.check_cuda_graph, "backward keeps its first scale"),
+        ("15 CUDA graph", test_op.check_cuda_graph, "reads the output back (sync)"),
     ]
     rows = []
     for row, check, variant in cases:
