@@ -30,7 +30,8 @@
 
 // Defined in kernel.cu, with the tile that the shape must divide.
 cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
-                           size_t k, cudaStream_t stream);
+                           size_t k, float* workspace, cudaStream_t stream);
+size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k);
 extern const int kTileM, kTileN, kTileK;
 // The backward's helpers, also in kernel.cu.
 cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
@@ -81,32 +82,33 @@ std::string text(const at::Tensor& t) {  // "256x512 torch.float16 on cuda:0"; o
 
 // The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
 // names the rule and the values it saw, never a crash and never a silent copy.
-// `input_dtype` is what the device's implementation computes in; `tile_rules`
-// adds what the CUDA kernel needs and the CPU reference does not.
-void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType input_dtype,
-                   bool tile_rules) {
+// `op` names the operator in every message (a second operator passes its own name);
+// `input_dtype` is what the device's implementation computes in; `tile_rules` adds
+// what the CUDA kernel needs and the CPU reference does not.
+void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor& b,
+                   at::ScalarType input_dtype, bool tile_rules) {
     // Built only when a check fails: TORCH_CHECK evaluates its message lazily.
     const auto seen = [&] { return "; got a: " + text(a) + ", b: " + text(b); };
     TORCH_CHECK(a.dim() == 2 && b.dim() == 2,
-                "day87::wmma_mm: rule 'two matrices': a and b must be 2-D" + seen());
+                op + ": rule 'two matrices': a and b must be 2-D" + seen());
     TORCH_CHECK(a.device() == b.device(),
-                "day87::wmma_mm: rule 'one device': a and b must be on the same device" + seen());
+                op + ": rule 'one device': a and b must be on the same device" + seen());
     TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype,
-                "day87::wmma_mm: rule 'dtype': on " + a.device().str() + " a and b must be " +
+                op + ": rule 'dtype': on " + a.device().str() + " a and b must be " +
                     text(input_dtype) + seen());
     // Checked, never fixed with .contiguous(): that would copy the whole matrix on
     // every call, where the caller cannot see it in a profile.
     TORCH_CHECK(a.is_contiguous() && b.is_contiguous(),
-                "day87::wmma_mm: rule 'contiguous': a and b must be row-major contiguous; got a: " +
+                op + ": rule 'contiguous': a and b must be row-major contiguous; got a: " +
                     text(a) + " with strides " + text(a.strides()) + ", b: " + text(b) +
                     " with strides " + text(b.strides()) +
                     "; call .contiguous() to make the copy explicit");
     TORCH_CHECK(a.size(1) == b.size(0),
-                "day87::wmma_mm: rule 'inner dimensions': a.size(1) must equal b.size(0)" + seen());
+                op + ": rule 'inner dimensions': a.size(1) must equal b.size(0)" + seen());
     if (!tile_rules) return;
 #ifdef DAY87_WITH_CUDA
     TORCH_CHECK(a.size(0) % kTileM == 0 && b.size(1) % kTileN == 0 && a.size(1) % kTileK == 0,
-                "day87::wmma_mm: rule 'tile': M, N and K must be multiples of " + text(kTileM) +
+                op + ": rule 'tile': M, N and K must be multiples of " + text(kTileM) +
                     ", " + text(kTileN) + " and " + text(kTileK) + "; got M=" + text(a.size(0)) +
                     ", N=" + text(b.size(1)) + ", K=" + text(a.size(1)));
 #endif
@@ -117,14 +119,14 @@ void checkContract(const at::Tensor& a, const at::Tensor& b, at::ScalarType inpu
         return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16;
     };
     TORCH_CHECK(misalignment(a) == 0 && misalignment(b) == 0,
-                "day87::wmma_mm: rule 'alignment': a and b must start on a 16-byte boundary; "
+                op + ": rule 'alignment': a and b must start on a 16-byte boundary; "
                 "got storage offsets of " + text(a.storage_offset()) + " and " +
                     text(b.storage_offset()) + " elements");
 }
 
 #ifdef DAY87_WITH_CUDA
 at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
-    checkContract(a, b, at::kHalf, /*tile_rules=*/true);
+    checkContract("day87::wmma_mm", a, b, at::kHalf, /*tile_rules=*/true);
     const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
 
     // The guard sets the current device to the tensors' device for the rest of
@@ -133,6 +135,13 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
     const c10::cuda::CUDAGuard guard(a.device());
     at::Tensor c = at::empty({m, n}, a.options().dtype(at::kFloat));
     if (c.numel() == 0) return c;  // an empty result: there is nothing to launch
+    // Where the grid of tiles is too small for the card, the launcher splits K and
+    // adds the splits' partial sums, which need room: from PyTorch's caching
+    // allocator, on this stream, so no cudaMalloc, no sync, and a CUDA graph can
+    // capture the call. Usually none is needed and nothing is allocated.
+    const size_t workspace_floats = wmmaGemmWorkspaceBytes(m, n, k) / sizeof(float);
+    at::Tensor workspace;
+    if (workspace_floats) workspace = at::empty({static_cast<int64_t>(workspace_floats)}, c.options());
 
     // The current stream, not a new one and not the default one. PyTorch orders
     // the caller's work on this stream; a kernel on any other would run beside
@@ -141,6 +150,7 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
         reinterpret_cast<const __half*>(a.const_data_ptr<at::Half>()),
         reinterpret_cast<const __half*>(b.const_data_ptr<at::Half>()), c.mutable_data_ptr<float>(),
         static_cast<size_t>(m), static_cast<size_t>(n), static_cast<size_t>(k),
+        workspace.defined() ? workspace.mutable_data_ptr<float>() : nullptr,
         c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
     // Raise, never exit: std::exit would end the interpreter without a traceback.
     TORCH_CHECK(status == cudaSuccess,
@@ -210,7 +220,7 @@ std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
 // The reference path. It exists so that gradcheck has a forward it can perturb
 // numerically: in FP16 a central difference is mostly rounding, in float64 it is not.
 at::Tensor wmmaMmCpu(const at::Tensor& a, const at::Tensor& b) {
-    checkContract(a, b, at::kDouble, /*tile_rules=*/false);
+    checkContract("day87::wmma_mm", a, b, at::kDouble, /*tile_rules=*/false);
     return at::mm(a, b);
 }
 

@@ -1,6 +1,6 @@
 // gate.cu: the standalone gate. kernel.cu's launcher, and each of its tile plans
-// directly, against a float64 CPU reference, with no PyTorch anywhere: if this
-// fails, the kernel is wrong, not the binding.
+// directly (whole and with K split), against a float64 CPU reference, with no
+// PyTorch anywhere: if this fails, the kernel is wrong, not the binding.
 //
 // Build and run (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_75 -o gate gate.cu && ./gate
@@ -54,18 +54,19 @@ void referenceGemm(const std::vector<half>& a, const std::vector<half>& b,
 }
 
 // ---------------------------------------------------------------------------
-// One shape through one launcher
+// One shape through one launch
 // ---------------------------------------------------------------------------
-using Launcher = cudaError_t (*)(const half*, const half*, float*, int, int, int, cudaStream_t);
+// How a check launches: a plan directly, K in `splits` runs, or the launcher, which
+// chooses both. The operands travel as kernel.cu's GemmOperands, so an operand
+// added there changes nothing here.
+using Launcher = cudaError_t (*)(const GemmOperands&, int splits, float* workspace, cudaStream_t);
 
-// launchWmmaGemm, which chooses the plan itself, in the shape of a plan's launcher.
-cudaError_t launchChosen(const half* a, const half* b, float* c, int m, int n, int k,
-                         cudaStream_t stream) {
-    return launchWmmaGemm(a, b, c, m, n, k, stream);
+cudaError_t launchChosen(const GemmOperands& operands, int, float* workspace, cudaStream_t stream) {
+    return launchChosenPlan(operands, workspace, stream);
 }
 
 // The bound is test_op.py's, derived there (error_ratio): K * 2^-23 * (|A| @ |B|).
-bool checkShape(const char* launcher_name, Launcher launch, int m, int n, int k,
+bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, int n, int k,
                 std::mt19937& generator) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
@@ -73,16 +74,26 @@ bool checkShape(const char* launcher_name, Launcher launch, int m, int n, int k,
     for (auto& value : b) value = __float2half(normal(generator));
 
     half *device_a, *device_b;
-    float* device_c;
+    float *device_c, *workspace = nullptr;
+    const size_t workspace_bytes = launch == launchChosen ? wmmaGemmWorkspaceBytes(m, n, k)
+                                                          : splits * static_cast<size_t>(m) * n * sizeof(float);
     CUDA_CHECK(cudaMalloc(&device_a, a.size() * sizeof(half)));
     CUDA_CHECK(cudaMalloc(&device_b, b.size() * sizeof(half)));
     CUDA_CHECK(cudaMalloc(&device_c, static_cast<size_t>(m) * n * sizeof(float)));
+    if (workspace_bytes) CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
     CUDA_CHECK(cudaMemcpy(device_a, a.data(), a.size() * sizeof(half), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(device_b, b.data(), b.size() * sizeof(half), cudaMemcpyHostToDevice));
     // Poison C with NaN bytes (0xFF): an element the kernel never writes fails.
     CUDA_CHECK(cudaMemset(device_c, 0xFF, static_cast<size_t>(m) * n * sizeof(float)));
 
-    CUDA_CHECK(launch(device_a, device_b, device_c, m, n, k, /*stream=*/0));
+    GemmOperands operands{};
+    operands.a = device_a;
+    operands.b = device_b;
+    operands.c = device_c;
+    operands.m = m;
+    operands.n = n;
+    operands.k = k;
+    CUDA_CHECK(launch(operands, splits, workspace, /*stream=*/0));
     CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
 
     std::vector<float> c(static_cast<size_t>(m) * n);
@@ -90,6 +101,7 @@ bool checkShape(const char* launcher_name, Launcher launch, int m, int n, int k,
     CUDA_CHECK(cudaFree(device_a));
     CUDA_CHECK(cudaFree(device_b));
     CUDA_CHECK(cudaFree(device_c));
+    if (workspace) CUDA_CHECK(cudaFree(workspace));
 
     std::vector<double> reference(c.size()), magnitude(c.size());
     referenceGemm(a, b, reference, magnitude, m, n, k);
@@ -101,18 +113,25 @@ bool checkShape(const char* launcher_name, Launcher launch, int m, int n, int k,
         worst = std::fmax(worst, std::fabs(c[i] - reference[i]) / bound);
     }
     const bool pass = finite && worst <= 1.0;
-    printf("%-12s %5d x %5d x %5d   %6.2f%% of bound   %s\n", launcher_name, m, n, k,
-           100.0 * worst, pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
+    char name[64];
+    snprintf(name, sizeof(name), launch == launchChosen ? "%s" : "%s, %d split(s)", launcher_name, splits);
+    printf("%-26s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
+           pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
     return pass;
 }
 
-// Each plan directly, whichever one the launcher would choose on this card, with
-// K % 32 == 16 (a half-filled last stage of 32) and K = 16 (a single step).
+// Each plan directly, whichever one the launcher would choose on this card: K % 32 ==
+// 16 (a half-filled last stage of 32), K = 16 (a single step), and K split two ways
+// and four, where the splits' stages do not divide evenly (17 stages of 16, 9 of 32).
 template <class Plan>
 bool checkPlan(const char* name, std::mt19937& generator) {
-    return checkShape(name, launchPlan<Plan>, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
-                      generator) &&
-           checkShape(name, launchPlan<Plan>, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
+    bool pass = checkShape(name, launchPlan<Plan>, 1, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
+                           generator);
+    pass &= checkShape(name, launchPlan<Plan>, 1, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
+    for (int splits : {2, 4})
+        pass &= checkShape(name, launchPlan<Plan>, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
+                           generator);
+    return pass;
 }
 
 int main() {
@@ -120,21 +139,29 @@ int main() {
     cudaDeviceProp properties;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-    printf("gate: %s, sm_%d%d\n", properties.name, properties.major, properties.minor);
+    printf("gate: %s, sm_%d%d, %d SMs\n", properties.name, properties.major, properties.minor,
+           properties.multiProcessorCount);
     std::mt19937 generator(87);
     bool all_pass = true;
     all_pass &= checkPlan<SquarePlan>("SquarePlan", generator);
     all_pass &= checkPlan<TuringPlan>("TuringPlan", generator);
 
-    // Through launchWmmaGemm: the lesson's two shapes, a K that leaves a half-filled
-    // last stage, a single tile, and a shape with several tile groups.
-    const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48},
-                             {128, 128, 16},  {1280, 384, 272}};
-    for (const auto& shape : shapes)
-        all_pass &= checkShape("launcher", launchChosen, shape[0], shape[1], shape[2], generator);
+    // Through the launcher: the lesson's two shapes, a K that leaves a half-filled
+    // last stage, a single tile, a shape with several tile groups and one too large
+    // to split. Each line says what the launcher chose.
+    const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48}, {128, 128, 16},
+                             {1280, 384, 272}, {1024, 1024, 1024}, {2048, 2048, 256}};
+    for (const auto& shape : shapes) {
+        LaunchChoice choice;
+        CUDA_CHECK(chooseLaunch(shape[0], shape[1], shape[2], &choice));
+        char name[64];
+        snprintf(name, sizeof(name), "launcher: %s, %d split(s)", choice.turing ? "Turing" : "Square",
+                 choice.splits);
+        all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator);
+    }
 
     // The launcher must refuse a shape the tile does not divide, not run it.
-    const bool refused = launchWmmaGemm(nullptr, nullptr, nullptr, 100, 128, 16, 0) ==
+    const bool refused = launchWmmaGemm(nullptr, nullptr, nullptr, 100, 128, 16, nullptr, 0) ==
                          cudaErrorInvalidValue;
     printf("launcher refuses M=100: %s\n", refused ? "pass" : "FAIL");
     all_pass &= refused;

@@ -180,12 +180,38 @@ __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const 
 }
 
 // ---------------------------------------------------------------------------
+// The operands, and the one place that writes C
+// ---------------------------------------------------------------------------
+// What one multiply reads and writes. The kernels and the plan launchers take it
+// whole, so that an operand added here (the exercise's bias) changes no signature
+// but launchWmmaGemm's, the one binding.cpp calls.
+struct GemmOperands {
+    const half* a;  // M x K, row-major
+    const half* b;  // K x N, row-major
+    float* c;       // M x N, row-major
+    int m, n, k;
+};
+
+// The epilogue's store: four consecutive outputs of one row, each written once,
+// whether the kernel stores its own sums or the split-K reduction stores the splits'.
+__device__ __forceinline__ void storeOutputs(const GemmOperands& operands, size_t row, int col,
+                                             float4 value) {
+    *reinterpret_cast<float4*>(operands.c + row * operands.n + col) = value;
+}
+
+// ---------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------
+// With gridDim.y > 1 the block computes one split of K, k_tiles_per_split stages
+// from stage blockIdx.y * k_tiles_per_split, and writes its raw sums to
+// `partials` (one M x N slice per split) for splitSumKernel; otherwise all of K,
+// into C. (The launchers say when K is split.)
 template <class Plan>
 __global__ void __launch_bounds__(Plan::kThreads)
-    wmmaGemmKernel(const half* __restrict__ a, const half* __restrict__ b, float* __restrict__ c,
-                   int m, int n, int k) {
+    wmmaGemmKernel(const GemmOperands operands, float* __restrict__ partials, int k_tiles_per_split) {
+    const half* __restrict__ a = operands.a;
+    const half* __restrict__ b = operands.b;
+    const int m = operands.m, n = operands.n, k = operands.k;
     extern __shared__ __align__(128) unsigned char shared_bytes[];
     half* shared_a = reinterpret_cast<half*>(shared_bytes);
     half* shared_b = shared_a + Plan::kStages * Plan::kStageHalvesA;
@@ -212,7 +238,9 @@ __global__ void __launch_bounds__(Plan::kThreads)
 #pragma unroll
         for (int j = 0; j < kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
 
-    const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK;
+    // This block's stages of K: [first_k_tile, first_k_tile + k_tiles).
+    const int first_k_tile = blockIdx.y * k_tiles_per_split;
+    const int k_tiles = min(k_tiles_per_split, (k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);
 
     // Prologue: start the copies of the first kStages - 1 stages. A group is
     // committed even when empty, so that the wait counts below stay exact.
@@ -221,7 +249,7 @@ __global__ void __launch_bounds__(Plan::kThreads)
         if (stage < k_tiles)
             loadStage<Plan>(shared_a + stage * Plan::kStageHalvesA,
                             shared_b + stage * Plan::kStageHalvesB, a, b, k, n, tile_row,
-                            tile_col, stage * Plan::kBlockK);
+                            tile_col, (first_k_tile + stage) * Plan::kBlockK);
         commitCopies();
     }
 
@@ -237,7 +265,7 @@ __global__ void __launch_bounds__(Plan::kThreads)
             const int next_stage = next % Plan::kStages;
             loadStage<Plan>(shared_a + next_stage * Plan::kStageHalvesA,
                             shared_b + next_stage * Plan::kStageHalvesB, a, b, k, n, tile_row,
-                            tile_col, next * Plan::kBlockK);
+                            tile_col, (first_k_tile + next) * Plan::kBlockK);
         }
         commitCopies();
 
@@ -295,20 +323,42 @@ __global__ void __launch_bounds__(Plan::kThreads)
             const int col = (vector % kVectorsPerRow) * 4;
             const float4 value =
                 *reinterpret_cast<const float4*>(staging + row * Plan::kStrideC + col);
-            *reinterpret_cast<float4*>(c + (first_c_row + i * kWmmaSize + row) * n + first_c_col +
-                                       col) = value;
+            const size_t c_row = first_c_row + i * kWmmaSize + row;
+            if (partials == nullptr)
+                storeOutputs(operands, c_row, first_c_col + col, value);
+            else  // one split's sums, in its own slice; splitSumKernel stores the total
+                *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
+                                           first_c_col + col) = value;
         }
         __syncwarp();  // the strip is read out before the next one overwrites it
+    }
+}
+
+// The split-K reduction: C = the splits' partial sums added in split order, so the
+// same inputs give the same bits on every run (floating-point atomics would not),
+// then stored through the one epilogue.
+__global__ void __launch_bounds__(256)
+    splitSumKernel(const GemmOperands operands, const float* __restrict__ partials, int splits) {
+    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
+    for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
+         i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
+        float4 sum = *reinterpret_cast<const float4*>(partials + i);
+        for (int split = 1; split < splits; ++split) {
+            const float4 part = *reinterpret_cast<const float4*>(partials + split * outputs + i);
+            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
+        }
+        storeOutputs(operands, i / operands.n, static_cast<int>(i % operands.n), sum);
     }
 }
 
 // ---------------------------------------------------------------------------
 // The launchers
 // ---------------------------------------------------------------------------
-// One plan on `stream`. The caller has checked that the plan's block tile divides
-// M and N and that the sizes fit an int.
+// One plan on `stream`, with K in `splits` runs of whole stages (1: no split).
+// `workspace` holds splits x M x N floats where splits > 1. The caller has checked
+// that the plan's block tile divides M and N and that the sizes fit an int.
 template <class Plan>
-cudaError_t launchPlan(const half* a, const half* b, float* c, int m, int n, int k,
+cudaError_t launchPlan(const GemmOperands& operands, int splits, float* workspace,
                        cudaStream_t stream) {
     // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
     // call costs well under a microsecond and is not a stream operation, so it is
@@ -316,32 +366,92 @@ cudaError_t launchPlan(const half* a, const half* b, float* c, int m, int n, int
     const cudaError_t opt_in = cudaFuncSetAttribute(
         wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kSharedBytes);
     if (opt_in != cudaSuccess) return opt_in;
-    const unsigned blocks = static_cast<unsigned>((m / Plan::kBlockM) * (n / Plan::kBlockN));
-    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(a, b, c, m, n, k);
+    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
+    const int per_split = (k_tiles + splits - 1) / splits;
+    splits = per_split ? (k_tiles + per_split - 1) / per_split : 1;  // no empty split
+    const dim3 blocks((operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN), splits);
+    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(
+        operands, splits > 1 ? workspace : nullptr, splits > 1 ? per_split : k_tiles);
+    if (splits > 1) {
+        const size_t vectors = static_cast<size_t>(operands.m) * operands.n / 4;
+        splitSumKernel<<<static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0,
+                         stream>>>(operands, workspace, splits);
+    }
     return cudaGetLastError();
 }
 
-// Launches on `stream` and returns the launch status. It checks the shape rules
-// again, because a caller that skipped them would read and write out of bounds;
-// it answers cudaErrorInvalidValue instead.
+// Which plan and how many splits of K a call runs: decided here alone, and used
+// both by the launcher and by the workspace size that binding.cpp allocates.
+struct LaunchChoice {
+    bool turing;  // TuringPlan, else SquarePlan
+    int splits;
+};
+
+// A block of 128 x 128 walks all of K alone, so a grid of fewer tiles than SMs leaves
+// most of the card idle (the lesson's 256 x 512 output is 8 tiles for an H200's 132
+// SMs). Then K is split into enough runs to give every SM a block, each of at least
+// kMinStagesPerSplit stages, so that its pipeline has stages in flight.
+constexpr int kMinStagesPerSplit = 2;
+constexpr int kMaxSplits = 16;
+
+cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
+    // Which code the driver runs on this device: the PTX architecture that the kernel
+    // was compiled for (75 in a T4's build, and in a compute_75 build on any card).
+    cudaFuncAttributes compiled;
+    cudaError_t status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>);
+    if (status != cudaSuccess) return status;
+    choice->turing = compiled.ptxVersion < 80;
+    int device, multiprocessors;
+    if ((status = cudaGetDevice(&device)) != cudaSuccess) return status;
+    status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+    if (status != cudaSuccess) return status;
+    const int tiles = (m / kTileM) * (n / kTileN);
+    const int stage_depth = choice->turing ? TuringPlan::kBlockK : SquarePlan::kBlockK;
+    const int k_tiles = (k + stage_depth - 1) / stage_depth;
+    const int wanted = tiles ? (multiprocessors + tiles - 1) / tiles : 1;
+    choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, kMaxSplits}));
+    return cudaSuccess;
+}
+
+// The bytes of workspace launchWmmaGemm needs for this shape on the current device:
+// 0 where K is not split.
+size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
+    LaunchChoice choice{false, 1};
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX ||
+        chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &choice) != cudaSuccess)
+        return 0;  // the launch then fails with the same error, and says so
+    return choice.splits > 1 ? choice.splits * m * n * sizeof(float) : 0;
+}
+
+// The plan chosen for these operands, on `stream`.
+cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cudaStream_t stream) {
+    LaunchChoice choice;
+    const cudaError_t status = chooseLaunch(operands.m, operands.n, operands.k, &choice);
+    if (status != cudaSuccess) return status;
+    if (choice.turing) return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);
+    return launchPlan<SquarePlan>(operands, choice.splits, workspace, stream);
+}
+
+// What binding.cpp calls: launches on `stream` and returns the launch status, with
+// `workspace` as wmmaGemmWorkspaceBytes asked for. It checks the shape rules again,
+// because a caller that skipped them would read and write out of bounds; it answers
+// cudaErrorInvalidValue instead.
 cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, size_t n, size_t k,
-                           cudaStream_t stream) {
+                           float* workspace, cudaStream_t stream) {
     if (m % kTileM != 0 || n % kTileN != 0 || k % kTileK != 0) return cudaErrorInvalidValue;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
     const size_t tiles = (m / kTileM) * (n / kTileN);
     if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
     if (tiles > INT_MAX) return cudaErrorInvalidValue;
-    const int rows = static_cast<int>(m), cols = static_cast<int>(n), depth = static_cast<int>(k);
-
-    // Which code the driver runs on this device: the PTX architecture that the kernel
-    // was compiled for (75 in a T4's build, and in a compute_75 build on any card).
-    cudaFuncAttributes compiled;
-    const cudaError_t status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>);
-    if (status != cudaSuccess) return status;
-    if (compiled.ptxVersion < 80) return launchPlan<TuringPlan>(a, b, c, rows, cols, depth, stream);
-    return launchPlan<SquarePlan>(a, b, c, rows, cols, depth, stream);
+    GemmOperands operands{};
+    operands.a = a;
+    operands.b = b;
+    operands.c = c;
+    operands.m = static_cast<int>(m);
+    operands.n = static_cast<int>(n);
+    operands.k = static_cast<int>(k);
+    return launchChosenPlan(operands, workspace, stream);
 }
-
 
 // ---------------------------------------------------------------------------
 // The backward's helpers

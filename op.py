@@ -37,10 +37,16 @@ def accumulate_dtype(input_dtype):
 def _fake(a, b):
     # Shapes and dtypes only: a fake tensor has no data to read. This is what lets
     # torch.compile plan around the operator instead of breaking the graph there.
-    # Each rule it can see is worded as binding.cpp words it, so that a compiled
-    # call fails with the same message as an eager one.
+    check_matrices("day87::wmma_mm", a, b)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))
+
+
+def check_matrices(op_name, a, b):
+    """The rules of binding.cpp's contract that a fake tensor can show, worded as
+    binding.cpp words them, so that a compiled call fails with the same message as
+    an eager one. op_name starts each message: a second operator passes its own."""
     def broke(rule, requirement):
-        return lambda: (f"day87::wmma_mm: rule '{rule}': {requirement}; "
+        return lambda: (f"{op_name}: rule '{rule}': {requirement}; "
                         f"got a: {_described(a)}, b: {_described(b)}")
     torch._check(a.dim() == 2 and b.dim() == 2, broke("two matrices", "a and b must be 2-D"))
     torch._check(a.device == b.device, broke("one device", "a and b must be on the same device"))
@@ -52,9 +58,8 @@ def _fake(a, b):
     if a.device.type == "cuda":  # one check per size: each becomes a guard of its own
         for size, tile in ((a.shape[0], TILE_M), (b.shape[1], TILE_N), (a.shape[1], TILE_K)):
             torch._check(size % tile == 0, lambda: (
-                f"day87::wmma_mm: rule 'tile': M, N and K must be multiples of {TILE_M}, "
+                f"{op_name}: rule 'tile': M, N and K must be multiples of {TILE_M}, "
                 f"{TILE_N} and {TILE_K}; got M={a.shape[0]}, N={b.shape[1]}, K={a.shape[1]}"))
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))
 
 
 def _described(t):  # "4x3 torch.float64 on cpu", as binding.cpp describes a tensor
@@ -378,10 +383,15 @@ def _text(path):
         return file.read()
 
 
-def _refuse_second_day87(served_by, what_differs):
+def _refuse_second_day87(what_differs):
+    # registered_by is the op.py whose import registered day87 in this process (set
+    # at the end of this file): the one a user imported, whichever folder built the
+    # cached library it loaded.
+    served_by = getattr(torch.ops.day87, "registered_by", "an op.py imported earlier")
     raise RuntimeError(
-        f"day87: torch.ops.day87 is already served in this process by {served_by}. op.py in "
-        f"{HERE} is not the same ({what_differs}), and a process holds one day87 namespace. "
+        f"day87: torch.ops.day87 is already served in this process by {served_by}. The op.py "
+        f"being imported, {__file__}, is not the same ({what_differs}), and a process holds "
+        "one day87 namespace. "
         "Fix: restart the Python process (the notebook kernel) and import one of them; to "
         "compare two lessons in one process, give the next one's namespace a name of its own.")
 
@@ -394,13 +404,11 @@ def _load():
     # A process holds one day87 namespace: a second library registering it would
     # abort the interpreter, and a second fake or backward is refused.
     if loaded and loaded[0] != plan["library"]:
-        with open(os.path.join(os.path.dirname(loaded[0]), "build-complete")) as marker:
-            built_from = (marker.read().split("\n") + ["", ""])[1] or "an unknown folder"
-        _refuse_second_day87(f"{loaded[0]}, built from {built_from}",
-                             f"its kernel.cu or binding.cpp differ: it needs {plan['library']}")
+        _refuse_second_day87(f"its kernel.cu or binding.cpp differ from those of the loaded "
+                             f"library {loaded[0]}: it needs {plan['library']}")
     registered_by = getattr(torch.ops.day87, "registered_by", __file__)  # set at the end of this file
     if registered_by != __file__ and _text(registered_by) != _text(__file__):
-        _refuse_second_day87(f"the fake and backward of {registered_by}", "its op.py differs")
+        _refuse_second_day87("its op.py differs, and with it the fake and the backward")
     if loaded:
         return plan  # a reload, or a copy of identical sources: the same library
     if torch.version.cuda and not plan["with_cuda"]:

@@ -57,8 +57,8 @@ THREE_BLOCKS = ("three blocks per SM (registers capped at 168)", "__launch_bound
 ONE_BLOCK = ("one block per SM, as on a T4", "Plan::kSharedBytes", "(120 * 1024)")
 # A deliberately wrong kernel, so that the check column is seen to fail: no last stage.
 LAST_STAGE_DROPPED = ("the last stage dropped",
-                      "const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK;",
-                      "const int k_tiles = (k + Plan::kBlockK - 1) / Plan::kBlockK - 1;")
+                      "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);",
+                      "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile) - 1;")
 GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
 
 # name: (BlockM, BlockN, BlockK, Stages) as kernel.cu's TilePlan takes them, and source edits.
@@ -82,37 +82,67 @@ VARIANTS = {
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
+HEADERS = """
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+"""
+
+# Every variant's plan launcher behind one function. It fills kernel.cu's GemmOperands
+# member by member, so that an operand a solved exercise adds (a bias) stays unset,
+# and it splits nothing: each variant is timed on its plan alone.
+DISPATCH = """
+cudaError_t run_variant(int index, const half* pa, const half* pb, float* c, int m, int n, int k,
+                        cudaStream_t stream) {
+    switch (index) {
+%s
+    }
+    return cudaErrorInvalidValue;
+}
+"""
+
+CASE = """    case {index}: {{
+        variant{index}::GemmOperands operands{{}};
+        operands.a = pa;
+        operands.b = pb;
+        operands.c = c;
+        operands.m = m;
+        operands.n = n;
+        operands.k = k;
+        return variant{index}::launchPlan<variant{index}::TilePlan<{plan}>>(operands, 1, nullptr, stream);
+    }}"""
+
 BINDING = """
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-#include <mma.h>
-#include <climits>
-#include <cstddef>
-#include <cstdint>
 %s
 void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c) {
     const c10::cuda::CUDAGuard guard(a.device());
-    auto stream = c10::cuda::getCurrentCUDAStream();
-    const auto* pa = reinterpret_cast<const half*>(a.data_ptr<at::Half>());
-    const auto* pb = reinterpret_cast<const half*>(b.data_ptr<at::Half>());
-    const int m = a.size(0), n = b.size(1), k = a.size(1);
-    cudaError_t status = cudaErrorInvalidValue;
-    switch (index) {
-%s
-    }
+    const cudaError_t status = run_variant(
+        static_cast<int>(index), reinterpret_cast<const half*>(a.data_ptr<at::Half>()),
+        reinterpret_cast<const half*>(b.data_ptr<at::Half>()), c.data_ptr<float>(), a.size(0), b.size(1),
+        a.size(1), c10::cuda::getCurrentCUDAStream());
     TORCH_CHECK(status == cudaSuccess, "variant ", index, ": ", cudaGetErrorString(status));
 }
 """
+
+# kernel.cu is cut here: the plans, the kernels and launchPlan come before it; the
+# launcher's choice, launchWmmaGemm and the backward's helpers after it.
+CUT_BEFORE = "// Which plan and how many splits of K a call runs"
 
 
 def variant_source(index, edits, lesson=LESSON):
     """kernel.cu up to its plan launcher, with the edits made, in a namespace of its own."""
     with open(os.path.join(lesson, "kernel.cu")) as kernel:
         text = kernel.read()
-    text = text[:text.index("// Launches on `stream` and returns the launch status")]
+    if CUT_BEFORE not in text:
+        raise SystemExit(f"forward_variants: kernel.cu no longer has the line {CUT_BEFORE!r} to cut at")
+    text = text[:text.index(CUT_BEFORE)]
     for what, old, new in edits:
         if old not in text:
             raise SystemExit(f"forward_variants: kernel.cu no longer has the text that '{what}' edits")
@@ -120,15 +150,18 @@ def variant_source(index, edits, lesson=LESSON):
     return f"namespace variant{index} {{\n{text}\n}}\n"
 
 
+def variants_source(variants, lesson=LESSON):
+    """Plain CUDA (no torch): every variant's namespace and run_variant()."""
+    namespaces = "".join(variant_source(index, edits, lesson) for index, (_, edits) in enumerate(variants.values()))
+    cases = "\n".join(CASE.format(index=index, plan=", ".join(map(str, plan)))
+                      for index, (plan, _) in enumerate(variants.values()))
+    return HEADERS + namespaces + DISPATCH % cases
+
+
 def build(variants):
-    sources = "".join(variant_source(index, edits) for index, (_, edits) in enumerate(variants.values()))
-    cases = "\n".join(
-        f"        case {index}: status = variant{index}::launchPlan<variant{index}::TilePlan<"
-        f"{m}, {n}, {k}, {s}>>(pa, pb, c.data_ptr<float>(), m, n, k, stream); break;"
-        for index, ((m, n, k, s), _) in enumerate(variants.values()))
     return torch.utils.cpp_extension.load_inline(
         "day87_forward_variants", cpp_sources="void run_plan(int64_t, torch::Tensor, torch::Tensor, torch::Tensor);",
-        cuda_sources=BINDING % (sources, cases), functions=["run_plan"],
+        cuda_sources=BINDING % variants_source(variants), functions=["run_plan"],
         extra_cuda_cflags=["-O3"], verbose=False)
 
 

@@ -302,9 +302,13 @@ except RuntimeError as error:
 
 def test_two_copies_in_one_process(tmp_path):
     """A notebook that imports day87's and day88's op.py: identical sources share
-    one library silently; different sources are refused, naming both folders."""
+    one library silently; different sources are refused, naming the op.py that
+    serves day87 and the one being imported, not the folder that happened to
+    build the cached library first (a third copy, here)."""
     cache = tmp_path / "cache"
     original, same = copy_lesson(tmp_path / "day87"), copy_lesson(tmp_path / "day87-copy")
+    first_builder = copy_lesson(tmp_path / "day87-first-builder")
+    succeeded(import_op(first_builder, cache), "the first build")
     edited_binding, edited_python = copy_lesson(tmp_path / "day88"), copy_lesson(tmp_path / "day89")
     with open(os.path.join(edited_binding, "binding.cpp"), "a") as binding:
         binding.write("\n// the next lesson's change\n")
@@ -319,6 +323,7 @@ def test_two_copies_in_one_process(tmp_path):
         if expected == "refused:":
             assert original in result.stdout and other in result.stdout and "restart" in result.stdout, \
                 result.stdout
+            assert first_builder not in result.stdout, result.stdout
 
 
 def test_shared_cache_never_loads_a_planted_library(tmp_path):
