@@ -161,8 +161,11 @@ int main() {
     }
 
     // The launcher must refuse a shape the tile does not divide, not run it.
-    const bool refused = launchWmmaGemm(nullptr, nullptr, nullptr, 100, 128, 16, nullptr, 0) ==
-                         cudaErrorInvalidValue;
+    GemmOperands untiled{};
+    untiled.m = 100;
+    untiled.n = 128;
+    untiled.k = 16;
+    const bool refused = launchChosenPlan(untiled, nullptr, 0) == cudaErrorInvalidValue;
     printf("launcher refuses M=100: %s\n", refused ? "pass" : "FAIL");
     all_pass &= refused;
     CUDA_CHECK(cudaGetLastError());

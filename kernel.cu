@@ -423,8 +423,14 @@ size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
     return choice.splits > 1 ? choice.splits * m * n * sizeof(float) : 0;
 }
 
-// The plan chosen for these operands, on `stream`.
+// The plan chosen for these operands, on `stream`. It checks the shape rules again,
+// because a caller that skipped them would read and write out of bounds; it answers
+// cudaErrorInvalidValue instead.
 cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cudaStream_t stream) {
+    if (operands.m < 0 || operands.n < 0 || operands.k < 0 || operands.m % kTileM != 0 ||
+        operands.n % kTileN != 0 || operands.k % kTileK != 0)
+        return cudaErrorInvalidValue;
+    if (operands.m == 0 || operands.n == 0) return cudaSuccess;  // an empty C: nothing to launch
     LaunchChoice choice;
     const cudaError_t status = chooseLaunch(operands.m, operands.n, operands.k, &choice);
     if (status != cudaSuccess) return status;
@@ -433,16 +439,12 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
 }
 
 // What binding.cpp calls: launches on `stream` and returns the launch status, with
-// `workspace` as wmmaGemmWorkspaceBytes asked for. It checks the shape rules again,
-// because a caller that skipped them would read and write out of bounds; it answers
-// cudaErrorInvalidValue instead.
+// `workspace` as wmmaGemmWorkspaceBytes asked for. Sizes past an int, or a grid of
+// more tiles than a launch can hold, answer cudaErrorInvalidValue.
 cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, size_t n, size_t k,
                            float* workspace, cudaStream_t stream) {
-    if (m % kTileM != 0 || n % kTileN != 0 || k % kTileK != 0) return cudaErrorInvalidValue;
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
-    const size_t tiles = (m / kTileM) * (n / kTileN);
-    if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
-    if (tiles > INT_MAX) return cudaErrorInvalidValue;
+    if ((m / kTileM) * (n / kTileN) > INT_MAX) return cudaErrorInvalidValue;
     GemmOperands operands{};
     operands.a = a;
     operands.b = b;

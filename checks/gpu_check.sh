@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# gpu_check.sh: every GPU-side check of the lesson, on one machine, in two parts
-# that each fit one 10-minute call of a lent GPU.
+# gpu_check.sh: every GPU-side check of the lesson, on one machine, in parts that
+# each fit one 10-minute call of a lent GPU.
 #
 #   bash checks/gpu_check.sh lesson OUT   # gate, harness with and without the GPU,
-#                                         # self-test, benchmark, ncu, fuzz
+#                                         # self-test, ncu, fuzz, which plan ran
+#   bash checks/gpu_check.sh bench OUT    # bench.py, and its day 88 table with the
+#                                         # answer key applied
+#   bash checks/gpu_check.sh answer-key OUT  # the answer key on a copy: gate with its
+#                                         # bias cases and compute-sanitizer, harness
+#                                         # (check 6's CUDA row), self-test, planted
+#                                         # split-K bugs that the gate must catch
 #   bash checks/gpu_check.sh builds OUT   # compute-sanitizer; the compute_75 PTX path
 #                                         # (the T4's code, JIT-compiled: harness, plan
 #                                         # run, variants); pip's CUDA toolkit alone;
@@ -59,7 +65,6 @@ if [ "$part" = lesson ]; then
     step harness python3 test_op.py
     step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
     step self-test python3 checks/self_test.py
-    step bench python3 checks/bench.py
     step fuzz python3 checks/fuzz.py "${FUZZ_CALLS:-5000}" --seed 87
     # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
     step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
@@ -74,6 +79,64 @@ smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
     step plan-run env EXPECTED_PLAN="TilePlan<128, 128, 32, 3>" python3 -c "$plan_run"
+    # Row 11 against a binding that synchronizes the device after each launch, which
+    # sync debug mode does not see: the row must fail, naming the wait.
+    wrong=$(mktemp -d)
+    cp kernel.cu binding.cpp op.py test_op.py "$wrong"/
+    sed -i 's|^    // Raise, never exit: std::exit|    cudaDeviceSynchronize();  // planted: a device-wide barrier\n&|' "$wrong/binding.cpp"
+    grep -q "planted: a device-wide barrier" "$wrong/binding.cpp" || echo "=== the planted synchronize did not apply"
+    row11='import sys, op, test_op
+try:
+    test_op.check_no_host_sync(op.wmma_mm)
+except test_op.Fail as failure:
+    sys.exit(print("row 11 failed, as it must:", failure))
+sys.exit("row 11 passed against a binding that synchronizes the device")'
+    step row11-sees-cudaDeviceSynchronize bash -c 'cd "$1" && TORCH_EXTENSIONS_DIR="$2" python3 -c "$3"' \
+        _ "$wrong" "$out/cache-wrong" "$row11"
+    rm -rf "$wrong" "$out/cache-wrong"
+fi
+
+# A copy of the seven files and checks/ with the exercise's answer key applied.
+solved_copy() {
+    local folder
+    folder=$(mktemp -d)/solved
+    mkdir -p "$folder"
+    cp kernel.cu binding.cpp op.py test_op.py gate.cu README.md requirements.txt "$folder"/
+    cp -r checks "$folder"/checks
+    (cd "$folder" && git apply checks/answer_key.patch) || return 1
+    echo "$folder"
+}
+
+if [ "$part" = bench ]; then
+    step bench python3 checks/bench.py
+    solved=$(solved_copy)
+    step bench-day88 bash -c "cd $solved && TORCH_EXTENSIONS_DIR=$out/cache-solved python3 checks/bench.py --day88"
+    rm -rf "$out"/cache-solved
+fi
+
+if [ "$part" = answer-key ]; then
+    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+    solved=$(solved_copy)
+    export TORCH_EXTENSIONS_DIR="$out/cache-solved"
+    step key-gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" -o "$out/gate" "$solved/gate.cu"
+    step key-gate "$out/gate"
+    for tool in memcheck racecheck; do
+        step "key-sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate"
+    done
+    step key-harness bash -c "cd $solved && python3 test_op.py"
+    key_driver='import torch, op
+a = torch.randn(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
+b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
+bias = torch.randn(512, device="cuda", requires_grad=True)
+op.wmma_mm_bias(a, b, bias).sum().backward()
+torch.cuda.synchronize()
+print("driver: wmma_mm_bias forward (K split on a large card) and backward done")'
+    step key-sanitize-torch-memcheck bash -c 'cd "$1" && compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$2"' \
+        _ "$solved" "$key_driver"
+    step key-self-test bash -c "cd $solved && python3 checks/self_test.py"
+    step planted-bugs python3 checks/planted_bugs.py
+    unset TORCH_EXTENSIONS_DIR
+    rm -rf "$out"/cache-solved
 fi
 
 if [ "$part" = forward ]; then

@@ -1,0 +1,86 @@
+"""planted_bugs.py: the split-K path's checks, seen failing.
+
+    python checks/planted_bugs.py            (needs a GPU and nvcc)
+
+Each planted bug is a text edit of kernel.cu, made on a copy of the lesson with the
+answer key applied (so that there is a bias to apply twice), and compiled into
+gate.cu for this machine's card. The gate must pass on the copy as it is and fail
+on every bug; the exit status is the number of verdicts that were not the expected
+one. The builds run side by side.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: the (old, new) edits of kernel.cu. The first is no bug at all.
+BUGS = {
+    "no bug (the solved copy as it is)": [],
+    "the last split's partial sum dropped": [
+        ("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
+    "the first split's partial sum added twice": [
+        ("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
+         "        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n"
+         "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
+    "the epilogue (the bias) applied per split": [
+        ("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
+                *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
+                                           first_c_col + col) = value;""",
+         """            else {
+                GemmOperands slice = operands;
+                slice.c = partials + blockIdx.y * static_cast<size_t>(m) * n;
+                storeOutputs(slice, c_row, first_c_col + col, value);
+            }""")],
+}
+
+
+def main():
+    major, minor = torch.cuda.get_device_capability()
+    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
+    with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
+        builds = {}
+        for index, (name, edits) in enumerate(BUGS.items()):
+            folder = os.path.join(scratch, f"bug{index}")
+            os.makedirs(folder)
+            for file in ("kernel.cu", "gate.cu"):
+                shutil.copy(os.path.join(LESSON, file), folder)
+            subprocess.run(["git", "apply", os.path.join(LESSON, "checks", "answer_key.patch"),
+                            "--include=kernel.cu", "--include=gate.cu"], cwd=folder, check=True)
+            with open(os.path.join(folder, "kernel.cu")) as file:
+                text = file.read()
+            for old, new in edits:
+                if old not in text:
+                    sys.exit(f"planted_bugs: kernel.cu no longer has the text that '{name}' edits")
+                text = text.replace(old, new)
+            with open(os.path.join(folder, "kernel.cu"), "w") as file:
+                file.write(text)
+            builds[name] = (folder, subprocess.Popen(
+                [nvcc, "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", "-o", "gate",
+                 "gate.cu"], cwd=folder))
+        unexpected = 0
+        for name, (folder, build) in builds.items():
+            if build.wait() != 0:
+                print(f"{name}: the gate did not build")
+                unexpected += 1
+                continue
+            gate = subprocess.run(["./gate"], cwd=folder, capture_output=True, text=True)
+            failed = [line for line in gate.stdout.splitlines() if "FAIL" in line]
+            expected_to_fail = bool(BUGS[name])
+            verdict = "caught" if gate.returncode and expected_to_fail else (
+                "passes, as it should" if not gate.returncode and not expected_to_fail else "NOT AS EXPECTED")
+            unexpected += verdict == "NOT AS EXPECTED"
+            print(f"{name:<46} gate exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
+                  + (f", e.g. {failed[0].strip()}" if failed else ""))
+    print(f"planted_bugs: {unexpected} unexpected verdict(s)")
+    sys.exit(unexpected)
+
+
+if __name__ == "__main__":
+    main()
