@@ -2,6 +2,8 @@
 
     python checks/forward_variants.py              (needs a GPU)
     python checks/forward_variants.py Plan         only the variants whose names hold "Plan"
+    python checks/forward_variants.py --splits     the split-K choice: each plan at the
+                                                   small shapes with 1 to 16 splits of K
 
 kernel.cu's kernel is one template over a TilePlan (block tile, stage depth, stage
 count). Each variant below is kernel.cu itself, as it is on disk, with a plan and
@@ -60,6 +62,11 @@ LAST_STAGE_DROPPED = ("the last stage dropped",
                       "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);",
                       "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile) - 1;")
 GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
+# Eight warps of 32 x 64 in a 128 x 128 tile: half the accumulators per warp (64
+# registers fewer), so more warps per SM, at the price of more fragment loads per MMA.
+WARP_32x64 = ("32 x 64 warp tiles", "constexpr int kWarpM = 64;", "constexpr int kWarpM = 32;")
+TWO_BLOCKS = ("two blocks per SM asked of the compiler", "__launch_bounds__(Plan::kThreads)",
+              "__launch_bounds__(Plan::kThreads, 2)")
 
 # name: (BlockM, BlockN, BlockK, Stages) as kernel.cu's TilePlan takes them, and source edits.
 VARIANTS = {
@@ -78,7 +85,12 @@ VARIANTS = {
     "TuringPlan 128x128, 2 x 16": ((128, 128, 16, 2), []),
     "SquarePlan, 1 block/SM (a T4's)": ((128, 128, 32, 3), [ONE_BLOCK]),
     "SquarePlan, no last stage (must fail)": ((128, 128, 32, 3), [LAST_STAGE_DROPPED]),
+    "square, 8 warps 32x64, 3 x 32": ((128, 128, 32, 3), [WARP_32x64]),
+    "square, 8 warps 32x64, 4 x 32": ((128, 128, 32, 4), [WARP_32x64]),
+    "square, 8 warps 32x64, 3 x 32, 2 blocks": ((128, 128, 32, 3), [WARP_32x64, TWO_BLOCKS]),
 }
+SPLIT_SHAPES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 512), (256, 512, 4096)]
+SPLIT_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
@@ -94,10 +106,10 @@ HEADERS = """
 
 # Every variant's plan launcher behind one function. It fills kernel.cu's GemmOperands
 # member by member, so that an operand a solved exercise adds (a bias) stays unset,
-# and it splits nothing: each variant is timed on its plan alone.
+# and splits K as it is told (workspace: splits x M x N floats).
 DISPATCH = """
 cudaError_t run_variant(int index, const half* pa, const half* pb, float* c, int m, int n, int k,
-                        cudaStream_t stream) {
+                        int splits, float* workspace, cudaStream_t stream) {
     switch (index) {
 %s
     }
@@ -113,7 +125,7 @@ CASE = """    case {index}: {{
         operands.m = m;
         operands.n = n;
         operands.k = k;
-        return variant{index}::launchPlan<variant{index}::TilePlan<{plan}>>(operands, 1, nullptr, stream);
+        return variant{index}::launchPlan<variant{index}::TilePlan<{plan}>>(operands, splits, workspace, stream);
     }}"""
 
 BINDING = """
@@ -121,12 +133,13 @@ BINDING = """
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 %s
-void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c) {
+void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c, int64_t splits,
+              torch::Tensor workspace) {
     const c10::cuda::CUDAGuard guard(a.device());
     const cudaError_t status = run_variant(
         static_cast<int>(index), reinterpret_cast<const half*>(a.data_ptr<at::Half>()),
         reinterpret_cast<const half*>(b.data_ptr<at::Half>()), c.data_ptr<float>(), a.size(0), b.size(1),
-        a.size(1), c10::cuda::getCurrentCUDAStream());
+        a.size(1), static_cast<int>(splits), workspace.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
     TORCH_CHECK(status == cudaSuccess, "variant ", index, ": ", cudaGetErrorString(status));
 }
 """
@@ -160,7 +173,8 @@ def variants_source(variants, lesson=LESSON):
 
 def build(variants):
     return torch.utils.cpp_extension.load_inline(
-        "day87_forward_variants", cpp_sources="void run_plan(int64_t, torch::Tensor, torch::Tensor, torch::Tensor);",
+        "day87_forward_variants",
+        cpp_sources="void run_plan(int64_t, torch::Tensor, torch::Tensor, torch::Tensor, int64_t, torch::Tensor);",
         cuda_sources=BINDING % variants_source(variants), functions=["run_plan"],
         extra_cuda_cflags=["-O3"], verbose=False)
 
@@ -174,17 +188,23 @@ def main():
     if not torch.cuda.is_available():
         print("forward_variants.py needs a GPU; nothing to measure here.")
         return
-    wanted = sys.argv[1:]
+    wanted = [part for part in sys.argv[1:] if part != "--splits"]
+    if "--splits" in sys.argv[1:]:
+        wanted = ["SquarePlan 128x128", "TuringPlan"]
     variants = {name: variant for name, variant in VARIANTS.items()
                 if not wanted or any(part in name for part in wanted)}
     extension = build(variants)
 
-    def plan_call(index):
+    def plan_call(index, splits=1):
         def call(a, b):
             c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
-            extension.run_plan(index, a, b, c)
+            workspace = torch.empty(splits * c.numel() if splits > 1 else 1, device=a.device)
+            extension.run_plan(index, a, b, c, splits, workspace)
             return c
         return call
+
+    if "--splits" in sys.argv[1:]:
+        return split_table(variants, plan_call, bench, test_op)
 
     base, base_name = bench.baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
@@ -220,6 +240,30 @@ def main():
     if unexpected:
         print(f"forward_variants: {unexpected} variant(s) with an unexpected check result")
         sys.exit(1)
+
+
+def split_table(variants, plan_call, bench, test_op):
+    """GPU time (CUDA-graph replays, operands in L2) of each plan at the small shapes
+    with K in 1 to 16 splits, beside cuBLAS and the launcher's own choice."""
+    import op
+    base, base_name = bench.baseline()
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
+          f"graph replays, operands in L2; op.wmma_mm is the launcher's own choice")
+    for index, name in enumerate(variants):
+        print(f"\n{name}")
+        print(f"{'M x N x K':<18}{base_name:>24}{'op.wmma_mm':>12}" + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
+        for m, n, k in SPLIT_SHAPES:
+            a = torch.randn(m, k, device="cuda", dtype=torch.half)
+            b = torch.randn(k, n, device="cuda", dtype=torch.half)
+            line = (f"{f'{m}x{n}x{k}':<18}{bench.graph_microseconds(lambda: base(a, b)):>24.2f}"
+                    f"{bench.graph_microseconds(lambda: op.wmma_mm(a, b)):>12.2f}")
+            for splits in SPLIT_COUNTS:
+                call = plan_call(index, splits)
+                if test_op.error_ratio(call(a, b), a, b) > 1:
+                    line += f"{'FAIL':>8}"
+                    continue
+                line += f"{bench.graph_microseconds(lambda: call(a, b)):>8.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
