@@ -387,28 +387,53 @@ struct LaunchChoice {
     int splits;
 };
 
+// What the choice depends on that cannot change while the process runs: which code
+// the driver runs on the device (the PTX architecture the kernel was compiled for: 75
+// in a T4's build, and in a compute_75 build on any card) and its number of SMs. Each
+// thread asks the runtime once per device and keeps the answer.
+struct DeviceFacts {
+    int device;
+    bool turing;
+    int multiprocessors;
+};
+
+cudaError_t currentDeviceFacts(DeviceFacts* facts) {
+    thread_local DeviceFacts cached{-1, false, 0};
+    int device;
+    cudaError_t status = cudaGetDevice(&device);
+    if (status != cudaSuccess) return status;
+    if (cached.device != device) {
+        cudaFuncAttributes compiled;
+        if ((status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>)) != cudaSuccess)
+            return status;
+        int multiprocessors;
+        status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+        if (status != cudaSuccess) return status;
+        cached = DeviceFacts{device, compiled.ptxVersion < 80, multiprocessors};
+    }
+    *facts = cached;
+    return cudaSuccess;
+}
+
 // A block of 128 x 128 walks all of K alone, so a grid of fewer tiles than SMs leaves
 // most of the card idle (the lesson's 256 x 512 output is 8 tiles for an H200's 132
 // SMs). Then K is split into enough runs to give every SM a block, each of at least
-// kMinStagesPerSplit stages, so that its pipeline has stages in flight.
+// kMinStagesPerSplit stages, so that its pipeline has stages in flight. Splitting adds
+// the reduction's launch, which a short K does not repay: below kMinDepthToSplit one
+// block per tile measured faster (checks/NOTES.md has the table of split counts).
 constexpr int kMinStagesPerSplit = 2;
+constexpr int kMinDepthToSplit = 256;
 constexpr int kMaxSplits = 16;
 
 cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
-    // Which code the driver runs on this device: the PTX architecture that the kernel
-    // was compiled for (75 in a T4's build, and in a compute_75 build on any card).
-    cudaFuncAttributes compiled;
-    cudaError_t status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>);
+    DeviceFacts facts;
+    const cudaError_t status = currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
-    choice->turing = compiled.ptxVersion < 80;
-    int device, multiprocessors;
-    if ((status = cudaGetDevice(&device)) != cudaSuccess) return status;
-    status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
-    if (status != cudaSuccess) return status;
+    choice->turing = facts.turing;
     const int tiles = (m / kTileM) * (n / kTileN);
-    const int stage_depth = choice->turing ? TuringPlan::kBlockK : SquarePlan::kBlockK;
+    const int stage_depth = facts.turing ? TuringPlan::kBlockK : SquarePlan::kBlockK;
     const int k_tiles = (k + stage_depth - 1) / stage_depth;
-    const int wanted = tiles ? (multiprocessors + tiles - 1) / tiles : 1;
+    const int wanted = tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
     choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, kMaxSplits}));
     return cudaSuccess;
 }

@@ -18,6 +18,7 @@ The tables, in order:
    nothing. For each: wall time per step (steps back to back), host time per step
    (the Python call alone, GPU idle before it) and GPU time per step (the step
    captured in a CUDA graph and replayed), and the kernels the backward launches.
+   Then where the op's host time goes: each call of a step timed alone.
 5. The same steps under torch.compile(mode="reduce-overhead"), operands marked
    static (no input copies), timed after the warm-up steps that record the graphs.
 6. Day 88's question, where the exercise is solved: the fused wmma_mm_bias against
@@ -279,7 +280,41 @@ def training_step_tables():
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>30}" for cell in cells) + f"{ratio:>24}", flush=True)
         compiled_rows.append((m, k, n, x, w, grads))
     print()
+    host_breakdown()
     compiled_step_table(variants, compiled_rows)
+
+
+def host_alone(call, repeats=50):
+    """Median host microseconds of one call, the GPU idle before each."""
+    call()
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append(1e6 * (time.perf_counter() - start))
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def host_breakdown():
+    print("4b. where the op's step spends host time: each piece called alone, GPU idle before it, us")
+    pieces = ["forward", "forward, grad kept", "wmma_mm_backward", "cast, mm fp16->f32", "mm f32 (lesson)",
+              "autograd.grad of the op"]
+    print(f"{'M x K x N':<18}" + "".join(f"{name:>24}" for name in pieces))
+    for m, k, n in STEP_SIZES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
+        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
+        grad = torch.randn(m, n, device="cuda")
+        x16, w16, x32, w32 = x.detach(), w.detach(), x.detach().float(), w.detach().float()
+        out = op.wmma_mm(x, w)
+        figures = [host_alone(lambda: op.wmma_mm(x16, w16)), host_alone(lambda: op.wmma_mm(x, w)),
+                   host_alone(lambda: torch.ops.day87.wmma_mm_backward(grad, x16, w16)),
+                   host_alone(lambda: torch.mm(grad.half(), w16.t(), out_dtype=torch.float32)),
+                   host_alone(lambda: torch.mm(grad, w32.t())),
+                   host_alone(lambda: torch.autograd.grad(out, (x, w), grad, retain_graph=True))]
+        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{figure:>24.1f}" for figure in figures), flush=True)
+    print()
 
 
 def compiled_step_table(variants, rows):
@@ -307,6 +342,9 @@ def compiled_step_table(variants, rows):
             cells.append(f"{wall:>14.0f}{host:>8.0f}")
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>22}" for cell in cells)
               + f"{walls['op'] / walls['fp16 x @ w']:>18.2f}", flush=True)
+    from torch._dynamo.utils import counters
+    skips = {key: value for key, value in counters["inductor"].items() if "cudagraph" in key}
+    print(f"   inductor's cudagraph counters: {skips or 'none'}; recompiles: {dict(counters['recompiles']) or 'none'}")
     torch._dynamo.reset()
     print()
 
