@@ -6,15 +6,21 @@
 //
 // The launcher needs M, N and K to be multiples of the tile (kTileM, kTileN,
 // kTileK below) and every pointer 16-byte aligned; binding.cpp checks both and
-// raises first, naming the rule.
+// raises first, naming the rule. Where the grid of tiles is too small for the card,
+// the launcher splits K across blocks and adds their partial sums in a second,
+// deterministic kernel; binding.cpp allocates the room for them.
+//
+// In order: the tile plans, the copies, GemmOperands and storeOutputs (the one
+// place that writes C: the exercise's bias goes there), the kernel, the split-K
+// reduction, the launchers, and last the backward's helpers.
 //
 // Built two ways:
 //   - by op.py, through torch.utils.cpp_extension.load, together with binding.cpp;
 //   - included by gate.cu, the standalone check:
 //       nvcc -O3 -arch=sm_90 -o gate gate.cu && ./gate
 //
-// The end of the file holds the backward's helpers: the three small kernels that
-// scale op.py's FP32 gradient into FP16 for the tensor cores and back.
+// The backward's helpers are the three small kernels that scale op.py's FP32
+// gradient into FP16 for the tensor cores and back (binding.cpp's backward).
 //
 // This file never exits and never synchronizes: the launchers return the launch
 // status, and the caller (an operator that raises, or gate.cu's CUDA_CHECK) decides
@@ -380,8 +386,8 @@ cudaError_t launchPlan(const GemmOperands& operands, int splits, float* workspac
     return cudaGetLastError();
 }
 
-// Which plan and how many splits of K a call runs: decided here alone, and used
-// both by the launcher and by the workspace size that binding.cpp allocates.
+// Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
+// for the launcher and for the workspace size that binding.cpp allocates.
 struct LaunchChoice {
     bool turing;  // TuringPlan, else SquarePlan
     int splits;

@@ -50,7 +50,9 @@ def draw_call(rng, devices):
     device = rng.choice(devices)
     on_cuda = device == "cuda"
     # On CUDA, multiples of the tile (op.TILE_M, TILE_N, TILE_K), K = 3 tiles
-    # among them: a last pipeline stage half full.
+    # among them: a last pipeline stage half full. Grids this small split K on a
+    # large card where K >= 256 (K = 272: kernel.cu's chooseLaunch), with stages
+    # that do not divide evenly across the splits.
     m = op.TILE_M * rng.choice([0, 1, 2, 3]) if on_cuda else rng.choice([0, 1, 3, 17, 64])
     k = op.TILE_K * rng.choice([0, 1, 3, 8, 17]) if on_cuda else rng.choice([0, 1, 5, 32])
     n = op.TILE_N * rng.choice([0, 1, 2]) if on_cuda else rng.choice([0, 1, 4, 33])
