@@ -50,6 +50,23 @@ def test_check_6_passes_on_the_solved_copy(solved):
     assert any(line.startswith("6 exercise: cuda forward") for line in rows), rows
 
 
+def test_the_second_operator_names_itself_in_its_errors(solved):
+    """binding.cpp's contract and op.py's fake take the operator's name: a broken rule
+    of wmma_mm_bias, eager or compiled, says wmma_mm_bias, not wmma_mm."""
+    probe = ("import torch, op\n"
+             "a, b, bias = torch.randn(4, 3, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64), "
+             "torch.randn(5, dtype=torch.float64)\n"
+             "for call in (op.wmma_mm_bias, torch.compile(op.wmma_mm_bias, backend='aot_eager', fullgraph=True)):\n"
+             "    try:\n"
+             "        call(a, b, bias)\n"
+             "    except Exception as error:\n"
+             "        print([line for line in str(error).splitlines() if 'rule' in line][0])\n")
+    result = run(solved, "-c", probe)
+    assert result.returncode == 0, result.stderr[-1500:]
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 and all("day87::wmma_mm_bias: rule 'inner dimensions'" in line for line in lines), lines
+
+
 def test_the_self_test_passes_on_the_solved_copy(solved):
     result = run(solved, "checks/self_test.py")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1500:]
