@@ -391,8 +391,10 @@ def check_cuda_graph(mm):
     reads a value back cannot be captured; one that launches off the capturing
     stream, or keeps a scale from capture time, replays stale or overflowed results."""
     require_gpu()
-    a = fresh(256, 128, dtype=torch.half, device="cuda", requires_grad=True)
-    b = fresh(128, 512, dtype=torch.half, device="cuda", requires_grad=True)
+    # The lesson's first shape: on a card with many SMs the launcher splits its K,
+    # so the split's workspace and second kernel are captured too.
+    a = fresh(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
+    b = fresh(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
     grad = fresh(256, 512, dtype=torch.float32, device="cuda")
     warmup = torch.cuda.Stream()
     warmup.wait_stream(torch.cuda.current_stream())
