@@ -228,6 +228,19 @@ def backward_kernels(forward, x, w, grad):
     return sum(1 for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA)
 
 
+def host_alone(call, repeats=50):
+    """Median host microseconds of one call, the GPU idle before each."""
+    call()
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append(1e6 * (time.perf_counter() - start))
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def time_step(step, steps):
     """(wall, host) microseconds per step: steps back to back, and the call alone."""
     for _ in range(5):
@@ -238,14 +251,7 @@ def time_step(step, steps):
         step()
     torch.cuda.synchronize()
     wall = 1e6 * (time.perf_counter() - start) / steps
-    host = []
-    for _ in range(min(steps, 50)):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        host.append(1e6 * (time.perf_counter() - start))
-    torch.cuda.synchronize()
-    return wall, statistics.median(host)
+    return wall, host_alone(step)
 
 
 def training_step_tables():
@@ -282,19 +288,6 @@ def training_step_tables():
     print()
     host_breakdown()
     compiled_step_table(variants, compiled_rows)
-
-
-def host_alone(call, repeats=50):
-    """Median host microseconds of one call, the GPU idle before each."""
-    call()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        times.append(1e6 * (time.perf_counter() - start))
-    torch.cuda.synchronize()
-    return statistics.median(times)
 
 
 def host_breakdown():
