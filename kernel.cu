@@ -6,13 +6,15 @@
 //
 // The launcher needs M, N and K to be multiples of the tile (kTileM, kTileN,
 // kTileK below) and every pointer 16-byte aligned; binding.cpp checks both and
-// raises first, naming the rule. Where the grid of tiles is too small for the card,
-// the launcher splits K across blocks and adds their partial sums in a second,
-// deterministic kernel; binding.cpp allocates the room for them.
+// raises first, naming the rule. Where the grid of 128 x 128 tiles is too small for
+// the card, the launcher runs 64 x 64 tiles instead, and where even those leave SMs
+// idle it splits K across blocks and adds their partial sums in a fixed order: on
+// sm_90 and newer inside the kernel, across a cluster of blocks; below sm_90 in a
+// second kernel, with room for the partial sums that binding.cpp allocates.
 //
 // In order: the tile plans, the copies, GemmOperands and storeOutputs (the one
-// place that writes C: the exercise's bias goes there), the kernel, the split-K
-// reduction, the launchers, and last the backward's helpers.
+// place that writes C: the exercise's bias goes there), the split-K reductions, the
+// kernel, the launchers, and last the backward's helpers.
 //
 // Built two ways:
 //   - by op.py, through torch.utils.cpp_extension.load, together with binding.cpp;
@@ -26,6 +28,7 @@
 // status, and the caller (an operator that raises, or gate.cu's CUDA_CHECK) decides
 // what an error means. A device-wide synchronize here would make every call a barrier.
 
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -36,12 +39,13 @@
 #include <cstdint>
 
 namespace wmma = nvcuda::wmma;
+namespace cooperative = cooperative_groups;
 
 // ---------------------------------------------------------------------------
 // The shape contract
 // ---------------------------------------------------------------------------
 // M and N must be multiples of 128 and K of 16, whichever tile plan (below) a call
-// runs: both plans' block tiles are 128 x 128. binding.cpp declares these; op.py's
+// runs: every plan's block tile divides 128 x 128. binding.cpp declares these; op.py's
 // TILE_M, TILE_N, TILE_K are the same numbers for Python.
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
 extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
@@ -49,15 +53,6 @@ extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
 // ---------------------------------------------------------------------------
 // The tile plans
 // ---------------------------------------------------------------------------
-// Every warp owns 64 x 64 of C: 4 x 4 WMMA fragments, so every A fragment loaded
-// from shared memory feeds 4 MMAs and so does every B fragment. In a 64 x 32 warp
-// tile each A fragment feeds only 2, and eight such warps measured slower than four
-// 64 x 64 ones (checks/NOTES.md has every variant, its figure and what limits it).
-constexpr int kWarpM = 64;
-constexpr int kWarpN = 64;
-constexpr int kFragmentsM = kWarpM / kWmmaSize;  // 4
-constexpr int kFragmentsN = kWarpN / kWmmaSize;  // 4
-
 // Shared-memory rows are padded by 8 halves (16 bytes). An unpadded 32-wide A row is
 // 64 bytes, so the eight 16-byte rows that one fragment load (LDSM) reads at once
 // would fall on the same four banks; with 80-byte rows they land on all 32 (48-byte
@@ -66,14 +61,18 @@ constexpr int kFragmentsN = kWarpN / kWmmaSize;  // 4
 // stride, so a swizzled layout, the other cure, cannot be expressed through it.
 constexpr int kPad = 8;
 
-// A plan: the block tile (BlockM x BlockN of C), how much of K one pipeline stage
-// holds (BlockK), and how many stages are in shared memory at once.
-template <int BlockM, int BlockN, int BlockK, int Stages>
+// A plan: the block tile (BlockM x BlockN of C), the part of it each warp owns
+// (WarpM x WarpN), how much of K one pipeline stage holds (BlockK), and how many
+// stages are in shared memory at once.
+template <int BlockM, int BlockN, int WarpM, int WarpN, int BlockK, int Stages>
 struct TilePlan {
     static constexpr int kBlockM = BlockM, kBlockN = BlockN, kBlockK = BlockK;
+    static constexpr int kWarpM = WarpM, kWarpN = WarpN;
+    static constexpr int kFragmentsM = WarpM / kWmmaSize;  // WMMA fragments per warp, down
+    static constexpr int kFragmentsN = WarpN / kWmmaSize;  // and across
     static constexpr int kStages = Stages;
-    static constexpr int kWarpsM = BlockM / kWarpM;
-    static constexpr int kWarpsN = BlockN / kWarpN;
+    static constexpr int kWarpsM = BlockM / WarpM;
+    static constexpr int kWarpsN = BlockN / WarpN;
     static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
     static constexpr int kStrideA = BlockK + kPad;  // halves per A row in shared memory
     static constexpr int kStrideB = BlockN + kPad;  // halves per B row
@@ -81,20 +80,33 @@ struct TilePlan {
     static constexpr int kStageHalvesB = BlockK * kStrideB;
     static constexpr int kSharedBytes = Stages * (kStageHalvesA + kStageHalvesB) * 2;
     // The epilogue reuses the pipeline's shared memory: each warp stages one 16-row
-    // strip of its 64 x 64 FP32 result (rows padded by 4 floats) before writing it out.
-    static constexpr int kStrideC = kWarpN + 4;
+    // strip of its FP32 result (rows padded by 4 floats) before writing it out.
+    static constexpr int kStrideC = WarpN + 4;
     static constexpr int kEpilogueFloatsPerWarp = kWmmaSize * kStrideC;
 
-    static_assert(BlockM % kWarpM == 0 && BlockN % kWarpN == 0, "whole warp tiles");
+    static_assert(BlockM % WarpM == 0 && BlockN % WarpN == 0, "whole warp tiles");
+    static_assert(WarpM % kWmmaSize == 0 && WarpN % kWmmaSize == 0, "whole fragments");
     static_assert(BlockK % kWmmaSize == 0, "whole WMMA steps per stage");
     static_assert(Stages >= 2, "the loop below copies one stage while it computes another");
     static_assert((BlockM * BlockK / 8) % kThreads == 0 && (BlockK * BlockN / 8) % kThreads == 0,
                   "every thread copies the same number of 16-byte pieces");
     static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= kSharedBytes,
                   "the epilogue's staging must fit in the pipeline's shared memory");
+    // Where K is split across a cluster (addSplitsInCluster), each block holds its whole
+    // tile of FP32 sums in shared memory (rows padded by 4 floats), which for a
+    // 128 x 128 tile is more than the pipeline's.
+    static constexpr int kClusterStride = BlockN + 4;
+    static constexpr int kClusterTileBytes = BlockM * kClusterStride * 4;
+    static constexpr int kClusterSharedBytes = kClusterTileBytes > kSharedBytes ? kClusterTileBytes : kSharedBytes;
 };
 
-// The two plans the launcher chooses from (launchWmmaGemm, at the end).
+// The three plans the launcher chooses from (chooseLaunch, at the end).
+//
+// Every warp of Square and Turing owns 64 x 64 of C: 4 x 4 WMMA fragments, so every
+// A fragment loaded from shared memory feeds 4 MMAs and so does every B fragment. In
+// a 64 x 32 warp tile each A fragment feeds only 2, and eight such warps measured
+// slower than four 64 x 64 ones (checks/NOTES.md has every variant, its figure and
+// what limits it).
 //
 // Square: 128 x 128, four warps, three stages of 32 of K: while the warps multiply
 // one stage, the copies for the next two are in flight. 55.5 KB: two blocks (eight
@@ -103,14 +115,28 @@ struct TilePlan {
 // blocks per SM); four or five stages; a 256 x 128 tile (a quarter less L2 traffic
 // per flop, but one block of eight warps per SM, which all wait at the same barrier
 // with no second block to fill the gaps).
-using SquarePlan = TilePlan<128, 128, 32, 3>;
+using SquarePlan = TilePlan<128, 128, 64, 64, 32, 3>;
 // Turing: code compiled below sm_80 (a T4, sm_75) has no cp.async, so a stage is
 // copied synchronously and the copy latency is hidden by another block's MMAs, not
 // by stages in flight. A T4 SM has 64 KB of shared memory: two stages of 16 take
 // 20.5 KB, so shared memory allows three blocks, where Square's 55.5 KB allows one;
 // 128 threads of at most 255 registers allow two (2 x 128 x 256 = 65536, the
 // register file). So two blocks per SM, by arithmetic; the registers are in NOTES.md.
-using TuringPlan = TilePlan<128, 128, 16, 2>;
+using TuringPlan = TilePlan<128, 128, 64, 64, 16, 2>;
+// SmallGrid: for outputs of fewer 128 x 128 tiles than the card has SMs, 64 x 64 tiles
+// of four 32 x 32 warps: four times the blocks, each with a quarter of the MMAs to
+// issue one after another, where the call waits on one block's walk along K, not on
+// the card's throughput. Each fragment then feeds only 2 MMAs, which large outputs
+// pay for (checks/NOTES.md: the split table).
+using SmallGridPlan = TilePlan<64, 64, 32, 32, 32, 3>;
+// Every shape the contract admits must be whole tiles of every plan.
+template <class Plan>
+constexpr bool tilesTheContract() {
+    return kTileM % Plan::kBlockM == 0 && kTileN % Plan::kBlockN == 0;
+}
+static_assert(tilesTheContract<SquarePlan>() && tilesTheContract<TuringPlan>() &&
+                  tilesTheContract<SmallGridPlan>(),
+              "a plan's block tile must divide the contract's 128 x 128");
 
 // Blocks are launched in groups of 8 block-rows walked column by column, so the
 // blocks resident at one time share A rows and B columns and find them in L2
@@ -206,12 +232,78 @@ __device__ __forceinline__ void storeOutputs(const GemmOperands& operands, size_
 }
 
 // ---------------------------------------------------------------------------
+// The split-K reductions
+// ---------------------------------------------------------------------------
+// With K split, each split's partial sums are added in split order, so the same
+// inputs give the same bits on every run (floating-point atomics would not), and the
+// total is stored through the one epilogue, storeOutputs, once per output.
+constexpr int kMaxSplits = 16;        // the launcher splits K at most this many ways,
+constexpr int kMaxClusterSplits = 8;  // and at most 8 in a cluster (the portable size)
+
+// sm_90 and newer: the splits of one tile are the blocks of one cluster, which run at
+// the same time and can read one another's shared memory. Each block puts its split's
+// sums for the whole tile in its own shared memory; after the cluster's barrier each
+// adds up, for its share of the tile's rows, every block's sums in rank order. One
+// launch, no workspace. Below sm_90 this compiles to nothing, and launchPlan never
+// launches a cluster there.
+template <class Plan, class Accumulator>
+__device__ void addSplitsInCluster(const GemmOperands& operands,
+                                   const Accumulator (&accumulators)[Plan::kFragmentsM][Plan::kFragmentsN],
+                                   float* tile, int tile_row, int tile_col, int warp_row, int warp_col) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && CUDART_VERSION >= 12000
+    cooperative::cluster_group cluster = cooperative::this_cluster();
+#pragma unroll
+    for (int i = 0; i < Plan::kFragmentsM; ++i)
+#pragma unroll
+        for (int j = 0; j < Plan::kFragmentsN; ++j)
+            wmma::store_matrix_sync(tile + (warp_row * Plan::kWarpM + i * kWmmaSize) * Plan::kClusterStride +
+                                        warp_col * Plan::kWarpN + j * kWmmaSize,
+                                    accumulators[i][j], Plan::kClusterStride, wmma::mem_row_major);
+    cluster.sync();  // every split's sums are in its block's shared memory
+    const int splits = static_cast<int>(cluster.num_blocks());
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int first_row = rank * Plan::kBlockM / splits;
+    const int rows = (rank + 1) * Plan::kBlockM / splits - first_row;
+    constexpr int kVectorsPerRow = Plan::kBlockN / 4;
+    for (int vector = threadIdx.x; vector < rows * kVectorsPerRow; vector += Plan::kThreads) {
+        const int row = first_row + vector / kVectorsPerRow;
+        const int col = (vector % kVectorsPerRow) * 4;
+        const int offset = row * Plan::kClusterStride + col;
+        float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, 0) + offset);
+        for (int split = 1; split < splits; ++split) {
+            const float4 part = *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, split) + offset);
+            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
+        }
+        storeOutputs(operands, static_cast<size_t>(tile_row) * Plan::kBlockM + row,
+                     tile_col * Plan::kBlockN + col, sum);
+    }
+    cluster.sync();  // no block exits while another still reads its shared memory
+#endif
+}
+
+// Below sm_90 (or for a caller that passes a workspace): the kernel writes each
+// split's sums to its own M x N slice of `partials`, and this second kernel adds them.
+__global__ void __launch_bounds__(256)
+    splitSumKernel(const GemmOperands operands, const float* __restrict__ partials, int splits) {
+    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
+    for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
+         i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
+        float4 sum = *reinterpret_cast<const float4*>(partials + i);
+        for (int split = 1; split < splits; ++split) {
+            const float4 part = *reinterpret_cast<const float4*>(partials + split * outputs + i);
+            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
+        }
+        storeOutputs(operands, i / operands.n, static_cast<int>(i % operands.n), sum);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------
 // With gridDim.y > 1 the block computes one split of K, k_tiles_per_split stages
-// from stage blockIdx.y * k_tiles_per_split, and writes its raw sums to
-// `partials` (one M x N slice per split) for splitSumKernel; otherwise all of K,
-// into C. (The launchers say when K is split.)
+// from stage blockIdx.y * k_tiles_per_split, and adds it to the others' in its
+// cluster (partials == nullptr) or writes its raw sums to `partials` (one M x N slice
+// per split) for splitSumKernel; otherwise all of K, into C. (launchPlan decides.)
 template <class Plan>
 __global__ void __launch_bounds__(Plan::kThreads)
     wmmaGemmKernel(const GemmOperands operands, float* __restrict__ partials, int k_tiles_per_split) {
@@ -238,11 +330,11 @@ __global__ void __launch_bounds__(Plan::kThreads)
     const int warp_col = warp % Plan::kWarpsN;
 
     wmma::fragment<wmma::accumulator, kWmmaSize, kWmmaSize, kWmmaSize, float>
-        accumulators[kFragmentsM][kFragmentsN];
+        accumulators[Plan::kFragmentsM][Plan::kFragmentsN];
 #pragma unroll
-    for (int i = 0; i < kFragmentsM; ++i)
+    for (int i = 0; i < Plan::kFragmentsM; ++i)
 #pragma unroll
-        for (int j = 0; j < kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
+        for (int j = 0; j < Plan::kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
 
     // This block's stages of K: [first_k_tile, first_k_tile + k_tiles).
     const int first_k_tile = blockIdx.y * k_tiles_per_split;
@@ -277,21 +369,21 @@ __global__ void __launch_bounds__(Plan::kThreads)
 
         const int stage = k_tile % Plan::kStages;
         const half* stage_a =
-            shared_a + stage * Plan::kStageHalvesA + warp_row * kWarpM * Plan::kStrideA;
-        const half* stage_b = shared_b + stage * Plan::kStageHalvesB + warp_col * kWarpN;
+            shared_a + stage * Plan::kStageHalvesA + warp_row * Plan::kWarpM * Plan::kStrideA;
+        const half* stage_b = shared_b + stage * Plan::kStageHalvesB + warp_col * Plan::kWarpN;
 #pragma unroll
         for (int k_step = 0; k_step < Plan::kBlockK; k_step += kWmmaSize) {
             wmma::fragment<wmma::matrix_a, kWmmaSize, kWmmaSize, kWmmaSize, half, wmma::row_major>
-                a_fragments[kFragmentsM];
+                a_fragments[Plan::kFragmentsM];
 #pragma unroll
-            for (int i = 0; i < kFragmentsM; ++i)
+            for (int i = 0; i < Plan::kFragmentsM; ++i)
                 wmma::load_matrix_sync(a_fragments[i],
                                        stage_a + i * kWmmaSize * Plan::kStrideA + k_step,
                                        Plan::kStrideA);
             // One B fragment at a time, each feeding four MMAs: loading all four
             // first compiled to the same registers and measured no faster.
 #pragma unroll
-            for (int j = 0; j < kFragmentsN; ++j) {
+            for (int j = 0; j < Plan::kFragmentsN; ++j) {
                 wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
                                wmma::row_major>
                     b_fragment;
@@ -299,7 +391,7 @@ __global__ void __launch_bounds__(Plan::kThreads)
                                        stage_b + k_step * Plan::kStrideB + j * kWmmaSize,
                                        Plan::kStrideB);
 #pragma unroll
-                for (int i = 0; i < kFragmentsM; ++i)
+                for (int i = 0; i < Plan::kFragmentsM; ++i)
                     wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment,
                                    accumulators[i][j]);
             }
@@ -311,18 +403,23 @@ __global__ void __launch_bounds__(Plan::kThreads)
     // 256-byte rows per instruction with 16-byte stores instead.
     waitForCopies<0>();
     __syncthreads();  // every warp is done reading the pipeline's shared memory
+    if (gridDim.y > 1 && partials == nullptr) {
+        addSplitsInCluster<Plan>(operands, accumulators, reinterpret_cast<float*>(shared_bytes), tile_row,
+                                 tile_col, warp_row, warp_col);
+        return;
+    }
     float* staging = reinterpret_cast<float*>(shared_bytes) + warp * Plan::kEpilogueFloatsPerWarp;
     const int lane = threadIdx.x % 32;
-    const size_t first_c_row = static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * kWarpM;
-    const int first_c_col = tile_col * Plan::kBlockN + warp_col * kWarpN;
+    const size_t first_c_row = static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * Plan::kWarpM;
+    const int first_c_col = tile_col * Plan::kBlockN + warp_col * Plan::kWarpN;
 #pragma unroll
-    for (int i = 0; i < kFragmentsM; ++i) {
+    for (int i = 0; i < Plan::kFragmentsM; ++i) {
 #pragma unroll
-        for (int j = 0; j < kFragmentsN; ++j)
+        for (int j = 0; j < Plan::kFragmentsN; ++j)
             wmma::store_matrix_sync(staging + j * kWmmaSize, accumulators[i][j], Plan::kStrideC,
                                     wmma::mem_row_major);
         __syncwarp();
-        constexpr int kVectorsPerRow = kWarpN / 4;  // 16 float4 per 64-float row
+        constexpr int kVectorsPerRow = Plan::kWarpN / 4;  // float4s per row of the strip
 #pragma unroll
         for (int vector = lane; vector < kWmmaSize * kVectorsPerRow; vector += 32) {
             const int row = vector / kVectorsPerRow;
@@ -340,118 +437,145 @@ __global__ void __launch_bounds__(Plan::kThreads)
     }
 }
 
-// The split-K reduction: C = the splits' partial sums added in split order, so the
-// same inputs give the same bits on every run (floating-point atomics would not),
-// then stored through the one epilogue.
-__global__ void __launch_bounds__(256)
-    splitSumKernel(const GemmOperands operands, const float* __restrict__ partials, int splits) {
-    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
-    for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
-         i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
-        float4 sum = *reinterpret_cast<const float4*>(partials + i);
-        for (int split = 1; split < splits; ++split) {
-            const float4 part = *reinterpret_cast<const float4*>(partials + split * outputs + i);
-            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
-        }
-        storeOutputs(operands, i / operands.n, static_cast<int>(i % operands.n), sum);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The launchers
 // ---------------------------------------------------------------------------
-// One plan on `stream`, with K in `splits` runs of whole stages (1: no split).
-// `workspace` holds splits x M x N floats where splits > 1. The caller has checked
-// that the plan's block tile divides M and N and that the sizes fit an int.
-template <class Plan>
-cudaError_t launchPlan(const GemmOperands& operands, int splits, float* workspace,
-                       cudaStream_t stream) {
-    // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
-    // call costs well under a microsecond and is not a stream operation, so it is
-    // also allowed while a CUDA graph is being captured.
-    const cudaError_t opt_in = cudaFuncSetAttribute(
-        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kSharedBytes);
-    if (opt_in != cudaSuccess) return opt_in;
-    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
-    const int per_split = (k_tiles + splits - 1) / splits;
-    splits = per_split ? (k_tiles + per_split - 1) / per_split : 1;  // no empty split
-    const dim3 blocks((operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN), splits);
-    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(
-        operands, splits > 1 ? workspace : nullptr, splits > 1 ? per_split : k_tiles);
-    if (splits > 1) {
-        const size_t vectors = static_cast<size_t>(operands.m) * operands.n / 4;
-        splitSumKernel<<<static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0,
-                         stream>>>(operands, workspace, splits);
-    }
-    return cudaGetLastError();
-}
-
-// Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
-// for the launcher and for the workspace size that binding.cpp allocates.
-struct LaunchChoice {
-    bool turing;  // TuringPlan, else SquarePlan
-    int splits;
-};
-
-// What the choice depends on that cannot change while the process runs: which code
-// the driver runs on the device (the PTX architecture the kernel was compiled for: 75
-// in a T4's build, and in a compute_75 build on any card) and its number of SMs. Each
-// thread asks the runtime once per device and keeps the answer.
+// What the launchers depend on that cannot change while the process runs: which code
+// the driver runs on the device (the PTX architecture the kernels were compiled for:
+// 75 in a T4's build, and in a compute_75 build on any card) and its number of SMs.
+// Each thread asks the runtime once per device and keeps the answer.
 struct DeviceFacts {
     int device;
-    bool turing;
+    bool turing;    // code for below sm_80: no cp.async (TuringPlan)
+    bool clusters;  // code for sm_90 and up, built by CUDA 12 or newer: addSplitsInCluster
     int multiprocessors;
 };
 
 cudaError_t currentDeviceFacts(DeviceFacts* facts) {
-    thread_local DeviceFacts cached{-1, false, 0};
+    thread_local DeviceFacts cached{-1, false, false, 0};
     int device;
     cudaError_t status = cudaGetDevice(&device);
     if (status != cudaSuccess) return status;
     if (cached.device != device) {
         cudaFuncAttributes compiled;
-        if ((status = cudaFuncGetAttributes(&compiled, wmmaGemmKernel<SquarePlan>)) != cudaSuccess)
-            return status;
+        if ((status = cudaFuncGetAttributes(&compiled, splitSumKernel)) != cudaSuccess) return status;
         int multiprocessors;
         status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
         if (status != cudaSuccess) return status;
-        cached = DeviceFacts{device, compiled.ptxVersion < 80, multiprocessors};
+        cached = DeviceFacts{device, compiled.ptxVersion < 80,
+                             compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, multiprocessors};
     }
     *facts = cached;
     return cudaSuccess;
 }
 
-// A block of 128 x 128 walks all of K alone, so a grid of fewer tiles than SMs leaves
-// most of the card idle (the lesson's 256 x 512 output is 8 tiles for an H200's 132
-// SMs). Then K is split into enough runs to give every SM a block, each of at least
-// kMinStagesPerSplit stages, so that its pipeline has stages in flight. Splitting adds
-// the reduction's launch, which a short K does not repay: below kMinDepthToSplit one
-// block per tile measured faster (checks/NOTES.md has the table of split counts).
+// One plan on `stream`, with K in `splits` runs of whole stages (1: no split). Split,
+// the runs add up in a cluster where `workspace` is null (sm_90 and newer, at most
+// kMaxClusterSplits), else in splitSumKernel, with `workspace` holding splits x M x N
+// floats. The caller has checked that the plan's block tile divides M and N and that
+// the sizes fit an int.
+template <class Plan>
+cudaError_t launchPlan(const GemmOperands& operands, int splits, float* workspace,
+                       cudaStream_t stream) {
+    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
+    const int per_split = (k_tiles + splits - 1) / splits;
+    splits = per_split ? (k_tiles + per_split - 1) / per_split : 1;  // no empty split
+    const bool in_cluster = splits > 1 && workspace == nullptr;
+    DeviceFacts facts;
+    cudaError_t status = currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    if (in_cluster && (!facts.clusters || splits > kMaxClusterSplits)) return cudaErrorInvalidValue;
+
+    // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
+    // call costs well under a microsecond and is not a stream operation, so it is
+    // also allowed while a CUDA graph is being captured.
+    const int shared_bytes = in_cluster ? Plan::kClusterSharedBytes : Plan::kSharedBytes;
+    status = cudaFuncSetAttribute(wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  shared_bytes);
+    if (status != cudaSuccess) return status;
+    const dim3 blocks((operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN), splits);
+    if (!in_cluster) {
+        wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, shared_bytes, stream>>>(
+            operands, splits > 1 ? workspace : nullptr, splits > 1 ? per_split : k_tiles);
+        status = cudaGetLastError();
+        if (splits == 1 || status != cudaSuccess) return status;
+        const size_t vectors = static_cast<size_t>(operands.m) * operands.n / 4;
+        splitSumKernel<<<static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0,
+                         stream>>>(operands, workspace, splits);
+        return cudaGetLastError();
+    }
+#if CUDART_VERSION >= 12000
+    // The splits of a tile are one cluster: blockIdx.y runs over them (gridDim.y ==
+    // splits), so a cluster of 1 x splits blocks holds exactly one tile's.
+    cudaLaunchConfig_t config{};
+    config.gridDim = blocks;
+    config.blockDim = dim3(Plan::kThreads);
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 1;
+    cluster.val.clusterDim.y = static_cast<unsigned>(splits);
+    cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, wmmaGemmKernel<Plan>, operands, static_cast<float*>(nullptr), per_split);
+#else
+    return cudaErrorInvalidValue;  // not reached: facts.clusters is false
+#endif
+}
+
+// Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
+// for the launcher and for the workspace size that binding.cpp allocates.
+enum class PlanChoice { kSquare, kSmallGrid, kTuring };
+
+struct LaunchChoice {
+    PlanChoice plan;
+    int splits;
+    bool in_cluster;  // the splits add up in a cluster: no workspace
+};
+
+// A 128 x 128 block walks all of K alone, so a grid of fewer such tiles than SMs
+// leaves most of the card idle (the lesson's 256 x 512 output is 8 tiles for an
+// H200's 132 SMs). There the launcher takes SmallGridPlan's 64 x 64 tiles, four times
+// as many. Where even those are fewer than the SMs, K is split into enough runs to
+// give every SM a block, each of at least kMinStagesPerSplit stages, so that its
+// pipeline has stages in flight, and added up in a cluster where the code allows.
+// Below kMinDepthToSplit one block per tile measured faster: a short K does not
+// repay the reduction. A T4's build keeps TuringPlan and splits it the same way,
+// through the workspace. (checks/NOTES.md has the split table for every plan.)
 constexpr int kMinStagesPerSplit = 2;
 constexpr int kMinDepthToSplit = 256;
-constexpr int kMaxSplits = 16;
 
 cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     DeviceFacts facts;
     const cudaError_t status = currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
-    choice->turing = facts.turing;
-    const int tiles = (m / kTileM) * (n / kTileN);
-    const int stage_depth = facts.turing ? TuringPlan::kBlockK : SquarePlan::kBlockK;
+    const int large_tiles = (m / kTileM) * (n / kTileN);
+    choice->plan = facts.turing ? PlanChoice::kTuring
+                   : large_tiles < facts.multiprocessors ? PlanChoice::kSmallGrid
+                                                         : PlanChoice::kSquare;
+    const bool small = choice->plan == PlanChoice::kSmallGrid;
+    const int tiles = small ? (m / SmallGridPlan::kBlockM) * (n / SmallGridPlan::kBlockN) : large_tiles;
+    const int stage_depth = facts.turing ? TuringPlan::kBlockK
+                            : small      ? SmallGridPlan::kBlockK
+                                         : SquarePlan::kBlockK;
     const int k_tiles = (k + stage_depth - 1) / stage_depth;
     const int wanted = tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
-    choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, kMaxSplits}));
+    const int most = facts.clusters ? kMaxClusterSplits : kMaxSplits;
+    choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, most}));
+    choice->in_cluster = facts.clusters && choice->splits > 1;
     return cudaSuccess;
 }
 
 // The bytes of workspace launchWmmaGemm needs for this shape on the current device:
-// 0 where K is not split.
+// 0 where K is not split, or is split across a cluster.
 size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
-    LaunchChoice choice{false, 1};
+    LaunchChoice choice{PlanChoice::kSquare, 1, false};
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX ||
         chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &choice) != cudaSuccess)
         return 0;  // the launch then fails with the same error, and says so
-    return choice.splits > 1 ? choice.splits * m * n * sizeof(float) : 0;
+    return choice.splits > 1 && !choice.in_cluster ? choice.splits * m * n * sizeof(float) : 0;
 }
 
 // The plan chosen for these operands, on `stream`. It checks the shape rules again,
@@ -465,7 +589,12 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
     LaunchChoice choice;
     const cudaError_t status = chooseLaunch(operands.m, operands.n, operands.k, &choice);
     if (status != cudaSuccess) return status;
-    if (choice.turing) return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);
+    if (choice.in_cluster) workspace = nullptr;  // launchPlan's sign for a cluster
+    switch (choice.plan) {
+        case PlanChoice::kTuring: return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);
+        case PlanChoice::kSmallGrid: return launchPlan<SmallGridPlan>(operands, choice.splits, workspace, stream);
+        case PlanChoice::kSquare: break;
+    }
     return launchPlan<SquarePlan>(operands, choice.splits, workspace, stream);
 }
 

@@ -1,6 +1,7 @@
 """bench.py: wmma_mm beside cuBLAS, a training step beside fp16, and what a build costs.
 
     python checks/bench.py                 # every table below (needs a GPU)
+    python checks/bench.py --forward       # tables 1 to 3 alone
     python checks/bench.py --day88         # table 6 alone (in a folder whose exercise is solved)
     python checks/bench.py --build-times   # cold build and warm import, in fresh processes
 
@@ -422,6 +423,10 @@ def main():
         build_times()
     elif sys.argv[1:] == []:
         bench()
+    elif sys.argv[1:] == ["--forward"] and torch.cuda.is_available():
+        base, base_name = baseline()
+        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
+        forward_tables(base, base_name)
     elif sys.argv[1:] == ["--day88"] and torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
         day88_table(baseline()[0])

@@ -4,10 +4,11 @@
     python checks/forward_variants.py Plan         only the variants whose names hold "Plan"
     python checks/forward_variants.py --splits     the split-K choice: each plan at the
                                                    small shapes with 1 to 16 splits of K
+    python checks/forward_variants.py --splits 64x64   the same for the named variants
 
-kernel.cu's kernel is one template over a TilePlan (block tile, stage depth, stage
-count). Each variant below is kernel.cu itself, as it is on disk, with a plan and
-with the source edits listed (in a namespace of its own); the tool checks each
+kernel.cu's kernel is one template over a TilePlan (block tile, warp tile, stage
+depth, stage count). Each variant below is kernel.cu itself, as it is on disk, with a
+plan and with the source edits listed (in a namespace of its own); the tool checks each
 against float64 at a shape with several tile groups and a K tail, and times each
 beside cuBLAS at the same precision contract (FP16 in, FP32 accumulate and out),
 with bench.py's method: fresh random inputs rotated past the L2, medians of CUDA
@@ -26,7 +27,7 @@ LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRELOAD_B = ("all four B fragments loaded before the MMAs", """            // One B fragment at a time, each feeding four MMAs: loading all four
             // first compiled to the same registers and measured no faster.
 #pragma unroll
-            for (int j = 0; j < kFragmentsN; ++j) {
+            for (int j = 0; j < Plan::kFragmentsN; ++j) {
                 wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
                                wmma::row_major>
                     b_fragment;
@@ -34,24 +35,23 @@ PRELOAD_B = ("all four B fragments loaded before the MMAs", """            // On
                                        stage_b + k_step * Plan::kStrideB + j * kWmmaSize,
                                        Plan::kStrideB);
 #pragma unroll
-                for (int i = 0; i < kFragmentsM; ++i)
+                for (int i = 0; i < Plan::kFragmentsM; ++i)
                     wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment,
                                    accumulators[i][j]);
             }""", """            wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
                            wmma::row_major>
-                b_fragments[kFragmentsN];
+                b_fragments[Plan::kFragmentsN];
 #pragma unroll
-            for (int j = 0; j < kFragmentsN; ++j)
+            for (int j = 0; j < Plan::kFragmentsN; ++j)
                 wmma::load_matrix_sync(b_fragments[j],
                                        stage_b + k_step * Plan::kStrideB + j * kWmmaSize,
                                        Plan::kStrideB);
 #pragma unroll
-            for (int j = 0; j < kFragmentsN; ++j)
+            for (int j = 0; j < Plan::kFragmentsN; ++j)
 #pragma unroll
-                for (int i = 0; i < kFragmentsM; ++i)
+                for (int i = 0; i < Plan::kFragmentsM; ++i)
                     wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragments[j],
                                    accumulators[i][j]);""")
-WARP_64x32 = ("64 x 32 warp tiles", "constexpr int kWarpN = 64;", "constexpr int kWarpN = 32;")
 THREE_BLOCKS = ("three blocks per SM (registers capped at 168)", "__launch_bounds__(Plan::kThreads)",
                 "__launch_bounds__(Plan::kThreads, 3)")
 # A T4 SM (64 KB) holds one SquarePlan block; an H200 SM (227 KB) holds two. Asking for
@@ -62,32 +62,44 @@ LAST_STAGE_DROPPED = ("the last stage dropped",
                       "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);",
                       "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile) - 1;")
 GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
-# Eight warps of 32 x 64 in a 128 x 128 tile: half the accumulators per warp (64
-# registers fewer), so more warps per SM, at the price of more fragment loads per MMA.
-WARP_32x64 = ("32 x 64 warp tiles", "constexpr int kWarpM = 64;", "constexpr int kWarpM = 32;")
 TWO_BLOCKS = ("two blocks per SM asked of the compiler", "__launch_bounds__(Plan::kThreads)",
               "__launch_bounds__(Plan::kThreads, 2)")
+# What splitSumKernel costs: the multiply alone, its partial sums never added. Wrong
+# on purpose; the split table times it without checking it (its cluster row is real),
+# and the main table skips it.
+NO_REDUCTION = ("no reduction (timing only)", "        if (splits == 1 || status != cudaSuccess) return status;",
+                "        return status;")
 
-# name: (BlockM, BlockN, BlockK, Stages) as kernel.cu's TilePlan takes them, and source edits.
+# name: (BlockM, BlockN, WarpM, WarpN, BlockK, Stages) as kernel.cu's TilePlan takes
+# them, and source edits.
 VARIANTS = {
-    "SquarePlan 128x128, 3 x 32": ((128, 128, 32, 3), []),
-    "square, B preloaded": ((128, 128, 32, 3), [PRELOAD_B]),
-    "square, 2 x 64": ((128, 128, 64, 2), []),
-    "square, 16-row groups": ((128, 128, 32, 3), [GROUPS_16]),
-    "square, 3 blocks/SM": ((128, 128, 32, 3), [THREE_BLOCKS]),
-    "square, 3 blocks/SM, 4 x 32": ((128, 128, 32, 4), [THREE_BLOCKS]),
-    "square, 3 blocks/SM, 2 x 32": ((128, 128, 32, 2), [THREE_BLOCKS]),
-    "256x128, 3 x 32": ((256, 128, 32, 3), []),
-    "256x128, 2 x 64": ((256, 128, 64, 2), []),
-    "256x128, 2 x 64, B preloaded": ((256, 128, 64, 2), [PRELOAD_B]),
-    "256x128, 16 warps 64x32, 3 x 32": ((256, 128, 32, 3), [WARP_64x32]),
-    "256x128, 16 warps 64x32, 2 x 64": ((256, 128, 64, 2), [WARP_64x32]),
-    "TuringPlan 128x128, 2 x 16": ((128, 128, 16, 2), []),
-    "SquarePlan, 1 block/SM (a T4's)": ((128, 128, 32, 3), [ONE_BLOCK]),
-    "SquarePlan, no last stage (must fail)": ((128, 128, 32, 3), [LAST_STAGE_DROPPED]),
-    "square, 8 warps 32x64, 3 x 32": ((128, 128, 32, 3), [WARP_32x64]),
-    "square, 8 warps 32x64, 4 x 32": ((128, 128, 32, 4), [WARP_32x64]),
-    "square, 8 warps 32x64, 3 x 32, 2 blocks": ((128, 128, 32, 3), [WARP_32x64, TWO_BLOCKS]),
+    "SquarePlan 128x128, 3 x 32": ((128, 128, 64, 64, 32, 3), []),
+    "square, B preloaded": ((128, 128, 64, 64, 32, 3), [PRELOAD_B]),
+    "square, 2 x 64": ((128, 128, 64, 64, 64, 2), []),
+    "square, 16-row groups": ((128, 128, 64, 64, 32, 3), [GROUPS_16]),
+    "square, 3 blocks/SM": ((128, 128, 64, 64, 32, 3), [THREE_BLOCKS]),
+    "square, 3 blocks/SM, 4 x 32": ((128, 128, 64, 64, 32, 4), [THREE_BLOCKS]),
+    "square, 3 blocks/SM, 2 x 32": ((128, 128, 64, 64, 32, 2), [THREE_BLOCKS]),
+    "256x128, 3 x 32": ((256, 128, 64, 64, 32, 3), []),
+    "256x128, 2 x 64": ((256, 128, 64, 64, 64, 2), []),
+    "256x128, 2 x 64, B preloaded": ((256, 128, 64, 64, 64, 2), [PRELOAD_B]),
+    "256x128, 16 warps 64x32, 3 x 32": ((256, 128, 64, 32, 32, 3), []),
+    "256x128, 16 warps 64x32, 2 x 64": ((256, 128, 64, 32, 64, 2), []),
+    "TuringPlan 128x128, 2 x 16": ((128, 128, 64, 64, 16, 2), []),
+    "SquarePlan, 1 block/SM (a T4's)": ((128, 128, 64, 64, 32, 3), [ONE_BLOCK]),
+    "SquarePlan, no last stage (must fail)": ((128, 128, 64, 64, 32, 3), [LAST_STAGE_DROPPED]),
+    # Eight warps of 32 x 64 in a 128 x 128 tile: half the accumulators per warp (64
+    # registers fewer), so more warps per SM, at the price of more fragment loads per MMA.
+    "square, 8 warps 32x64, 3 x 32": ((128, 128, 32, 64, 32, 3), []),
+    "square, 8 warps 32x64, 4 x 32": ((128, 128, 32, 64, 32, 4), []),
+    "square, 8 warps 32x64, 3 x 32, 2 blocks": ((128, 128, 32, 64, 32, 3), [TWO_BLOCKS]),
+    # For small grids: 64 x 64 blocks (SmallGridPlan) and one 128 x 64 one.
+    "SmallGridPlan 64x64, 32x32 warps, 3 x 32": ((64, 64, 32, 32, 32, 3), []),
+    "small, 4 x 32": ((64, 64, 32, 32, 32, 4), []),
+    "small, 2 x 64": ((64, 64, 32, 32, 64, 2), []),
+    "small, 4 x 64": ((64, 64, 32, 32, 64, 4), []),
+    "small, 3 x 32, no reduction (timing only)": ((64, 64, 32, 32, 32, 3), [NO_REDUCTION]),
+    "128x64, 4 warps 64x32, 3 x 32": ((128, 64, 64, 32, 32, 3), []),
 }
 SPLIT_SHAPES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 512), (256, 512, 4096)]
 SPLIT_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16]
@@ -95,6 +107,7 @@ SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 409
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
 HEADERS = """
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -139,7 +152,8 @@ void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c, 
     const cudaError_t status = run_variant(
         static_cast<int>(index), reinterpret_cast<const half*>(a.data_ptr<at::Half>()),
         reinterpret_cast<const half*>(b.data_ptr<at::Half>()), c.data_ptr<float>(), a.size(0), b.size(1),
-        a.size(1), static_cast<int>(splits), workspace.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
+        a.size(1), static_cast<int>(splits), workspace.numel() ? workspace.data_ptr<float>() : nullptr,
+        c10::cuda::getCurrentCUDAStream());
     TORCH_CHECK(status == cudaSuccess, "variant ", index, ": ", cudaGetErrorString(status));
 }
 """
@@ -189,16 +203,18 @@ def main():
         print("forward_variants.py needs a GPU; nothing to measure here.")
         return
     wanted = [part for part in sys.argv[1:] if part != "--splits"]
-    if "--splits" in sys.argv[1:]:
-        wanted = ["SquarePlan 128x128", "TuringPlan"]
+    if "--splits" in sys.argv[1:] and not wanted:
+        wanted = ["SquarePlan 128x128", "SmallGridPlan", "TuringPlan"]
     variants = {name: variant for name, variant in VARIANTS.items()
                 if not wanted or any(part in name for part in wanted)}
     extension = build(variants)
 
-    def plan_call(index, splits=1):
+    def plan_call(index, splits=1, in_cluster=False):
+        """A variant's launch; split, the splits add up in a cluster (no workspace:
+        kernel.cu's launchPlan takes that as the sign) or in splitSumKernel."""
         def call(a, b):
             c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
-            workspace = torch.empty(splits * c.numel() if splits > 1 else 1, device=a.device)
+            workspace = torch.empty(0 if in_cluster else splits * c.numel() if splits > 1 else 1, device=a.device)
             extension.run_plan(index, a, b, c, splits, workspace)
             return c
         return call
@@ -214,7 +230,8 @@ def main():
     b = torch.randn(k, n, device="cuda", dtype=torch.half)
     header = f"{'variant':<34}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
     print(header + "".join(f"{'x'.join(map(str, shape)):>22}" for shape in SHAPES))
-    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(variants)]
+    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(variants)
+                                       if "timing only" not in name]  # those are for the split table
     baseline_ms = {}
     unexpected = 0  # a variant that fails the check, or a "must fail" one that passes it
     for name, index, call in rows:
@@ -244,11 +261,21 @@ def main():
 
 def split_table(variants, plan_call, bench, test_op):
     """GPU time (CUDA-graph replays, operands in L2) of each plan at the small shapes
-    with K in 1 to 16 splits, beside cuBLAS and the launcher's own choice."""
+    with K in 1 to 16 splits added by splitSumKernel, and (on a card and build with
+    clusters) in 2 to 8 added in a cluster, beside cuBLAS and the launcher's choice."""
     import op
     base, base_name = bench.baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
           f"graph replays, operands in L2; op.wmma_mm is the launcher's own choice")
+    try:  # a build without the cluster path (below sm_90) refuses a launch without a workspace
+        plan_call(0, 2, in_cluster=True)(torch.randn(128, 512, device="cuda").half(),
+                                         torch.randn(512, 128, device="cuda").half())
+        clusters = True
+    except RuntimeError:
+        clusters = False
+    one = torch.zeros(1, device="cuda")
+    print(f"the floor, a kernel that does next to nothing (a one-element add_): "
+          f"{bench.graph_microseconds(lambda: one.add_(1)):.2f}")
     for index, name in enumerate(variants):
         print(f"\n{name}")
         print(f"{'M x N x K':<18}{base_name:>24}{'op.wmma_mm':>12}" + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
@@ -257,13 +284,21 @@ def split_table(variants, plan_call, bench, test_op):
             b = torch.randn(k, n, device="cuda", dtype=torch.half)
             line = (f"{f'{m}x{n}x{k}':<18}{bench.graph_microseconds(lambda: base(a, b)):>24.2f}"
                     f"{bench.graph_microseconds(lambda: op.wmma_mm(a, b)):>12.2f}")
+            cluster_line = f"{'  in cluster':<54}"
             for splits in SPLIT_COUNTS:
-                call = plan_call(index, splits)
-                if test_op.error_ratio(call(a, b), a, b) > 1:
-                    line += f"{'FAIL':>8}"
-                    continue
-                line += f"{bench.graph_microseconds(lambda: call(a, b)):>8.2f}"
-            print(line, flush=True)
+                for in_cluster in (False, True):
+                    if in_cluster and (splits == 1 or splits > 8 or not clusters):
+                        cluster_line += f"{'-':>8}"
+                        continue
+                    call = plan_call(index, splits, in_cluster)
+                    unchecked = "timing only" in name and not in_cluster
+                    figure = (f"{'FAIL':>8}" if not unchecked and test_op.error_ratio(call(a, b), a, b) > 1
+                              else f"{bench.graph_microseconds(lambda: call(a, b)):>8.2f}")
+                    if in_cluster:
+                        cluster_line += figure
+                    else:
+                        line += figure
+            print(line + "\n" + cluster_line, flush=True)
 
 
 if __name__ == "__main__":
