@@ -135,10 +135,10 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
     const c10::cuda::CUDAGuard guard(a.device());
     at::Tensor c = at::empty({m, n}, a.options().dtype(at::kFloat));
     if (c.numel() == 0) return c;  // an empty result: there is nothing to launch
-    // Where the grid of tiles is too small for the card, the launcher splits K; below
-    // sm_90 the splits' partial sums need room: from PyTorch's caching allocator, on
-    // this stream, so no cudaMalloc, no sync, and a CUDA graph can capture the call.
-    // Usually none is needed and nothing is allocated.
+    // Where the grid of tiles is too small for the card, the launcher splits K and
+    // adds the splits' partial sums, which need room: from PyTorch's caching
+    // allocator, on this stream, so no cudaMalloc, no sync, and a CUDA graph can
+    // capture the call. Usually none is needed and nothing is allocated.
     const size_t workspace_floats = wmmaGemmWorkspaceBytes(m, n, k) / sizeof(float);
     at::Tensor workspace;
     if (workspace_floats) workspace = at::empty({static_cast<int64_t>(workspace_floats)}, c.options());

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "kernel.cu"
@@ -66,13 +65,6 @@ cudaError_t launchChosen(const GemmOperands& operands, int, float* workspace, cu
     return launchChosenPlan(operands, workspace, stream);
 }
 
-// A plan with K split across a cluster (sm_90 and newer): no workspace is launchPlan's
-// sign for that.
-template <class Plan>
-cudaError_t launchPlanInCluster(const GemmOperands& operands, int splits, float*, cudaStream_t stream) {
-    return launchPlan<Plan>(operands, splits, nullptr, stream);
-}
-
 // The bound is test_op.py's, derived there (error_ratio): K * 2^-23 * (|A| @ |B|).
 bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, int n, int k,
                 std::mt19937& generator) {
@@ -123,29 +115,22 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     const bool pass = finite && worst <= 1.0;
     char name[64];
     snprintf(name, sizeof(name), launch == launchChosen ? "%s" : "%s, %d split(s)", launcher_name, splits);
-    printf("%-42s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
+    printf("%-32s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
            pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
     return pass;
 }
 
 // Each plan directly, whichever one the launcher would choose on this card: K % 32 ==
 // 16 (a half-filled last stage of 32), K = 16 (a single step), and K split two ways
-// and four, where the splits' stages do not divide evenly (17 stages of 16, 9 of 32),
-// the splits added by splitSumKernel and, where the build has clusters, in a cluster
-// (four ways over 9 stages is three splits: rows shared unevenly in the cluster).
+// and four, where the splits' stages do not divide evenly (17 stages of 16, 9 of 32).
 template <class Plan>
-bool checkPlan(const char* name, bool clusters, std::mt19937& generator) {
+bool checkPlan(const char* name, std::mt19937& generator) {
     bool pass = checkShape(name, launchPlan<Plan>, 1, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
                            generator);
     pass &= checkShape(name, launchPlan<Plan>, 1, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
     for (int splits : {2, 4})
         pass &= checkShape(name, launchPlan<Plan>, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
                            generator);
-    const std::string in_cluster = std::string(name) + " in cluster";
-    for (int splits : {2, 4})
-        if (clusters)
-            pass &= checkShape(in_cluster.c_str(), launchPlanInCluster<Plan>, splits, 2 * Plan::kBlockM,
-                               3 * Plan::kBlockN, 272, generator);
     return pass;
 }
 
@@ -156,18 +141,16 @@ int main() {
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
     printf("gate: %s, sm_%d%d, %d SMs\n", properties.name, properties.major, properties.minor,
            properties.multiProcessorCount);
-    DeviceFacts facts;
-    CUDA_CHECK(currentDeviceFacts(&facts));
     std::mt19937 generator(87);
     bool all_pass = true;
-    all_pass &= checkPlan<SquarePlan>("SquarePlan", facts.clusters, generator);
-    all_pass &= checkPlan<SmallGridPlan>("SmallGridPlan", facts.clusters, generator);
-    all_pass &= checkPlan<TuringPlan>("TuringPlan", facts.clusters, generator);
+    all_pass &= checkPlan<SquarePlan>("SquarePlan", generator);
+    all_pass &= checkPlan<SmallGridPlan>("SmallGridPlan", generator);
+    all_pass &= checkPlan<TuringPlan>("TuringPlan", generator);
 
     // Through the launcher: the lesson's two shapes, a K that leaves a half-filled
-    // last stage, a single tile, a shape with several tile groups, one split seven
-    // ways on a large card (20 stages in runs of 3) and one too large to split. Each
-    // line says what the launcher chose.
+    // last stage, a single tile, a shape with several tile groups, one split ten ways
+    // on a large card and one too large to split. Each line says what the launcher
+    // chose.
     const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48}, {128, 128, 16},
                              {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024}, {2048, 2048, 256}};
     for (const auto& shape : shapes) {
@@ -177,8 +160,7 @@ int main() {
         const char* plan = choice.plan == PlanChoice::kTuring      ? "Turing"
                            : choice.plan == PlanChoice::kSmallGrid ? "SmallGrid"
                                                                    : "Square";
-        snprintf(name, sizeof(name), "launcher: %s, %d split(s)%s", plan, choice.splits,
-                 choice.in_cluster ? " in cluster" : "");
+        snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);
         all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator);
     }
 

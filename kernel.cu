@@ -8,13 +8,12 @@
 // kTileK below) and every pointer 16-byte aligned; binding.cpp checks both and
 // raises first, naming the rule. Where the grid of 128 x 128 tiles is too small for
 // the card, the launcher runs 64 x 64 tiles instead, and where even those leave SMs
-// idle it splits K across blocks and adds their partial sums in a fixed order: on
-// sm_90 and newer inside the kernel, across a cluster of blocks; below sm_90 in a
-// second kernel, with room for the partial sums that binding.cpp allocates.
+// idle it splits K across blocks and adds their partial sums in a second,
+// deterministic kernel; binding.cpp allocates the room for them.
 //
 // In order: the tile plans, the copies, GemmOperands and storeOutputs (the one
-// place that writes C: the exercise's bias goes there), the split-K reductions, the
-// kernel, the launchers, and last the backward's helpers.
+// place that writes C: the exercise's bias goes there), the kernel, the split-K
+// reduction, the launchers, and last the backward's helpers.
 //
 // Built two ways:
 //   - by op.py, through torch.utils.cpp_extension.load, together with binding.cpp;
@@ -28,7 +27,6 @@
 // status, and the caller (an operator that raises, or gate.cu's CUDA_CHECK) decides
 // what an error means. A device-wide synchronize here would make every call a barrier.
 
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -39,7 +37,6 @@
 #include <cstdint>
 
 namespace wmma = nvcuda::wmma;
-namespace cooperative = cooperative_groups;
 
 // ---------------------------------------------------------------------------
 // The shape contract
@@ -92,12 +89,6 @@ struct TilePlan {
                   "every thread copies the same number of 16-byte pieces");
     static_assert(kWarpsM * kWarpsN * kEpilogueFloatsPerWarp * 4 <= kSharedBytes,
                   "the epilogue's staging must fit in the pipeline's shared memory");
-    // Where K is split across a cluster (addSplitsInCluster), each block holds its whole
-    // tile of FP32 sums in shared memory (rows padded by 4 floats), which for a
-    // 128 x 128 tile is more than the pipeline's.
-    static constexpr int kClusterStride = BlockN + 4;
-    static constexpr int kClusterTileBytes = BlockM * kClusterStride * 4;
-    static constexpr int kClusterSharedBytes = kClusterTileBytes > kSharedBytes ? kClusterTileBytes : kSharedBytes;
 };
 
 // The three plans the launcher chooses from (chooseLaunch, at the end).
@@ -179,6 +170,23 @@ __device__ __forceinline__ void waitForCopies() {
 #endif
 }
 
+// Programmatic dependent launch, sm_90 and newer: a kernel launched as the dependent
+// of the one before it on the stream (launchPlan says when) may start once every
+// block of that one has called letDependentsStart, and waitForPrerequisites then
+// holds it until that kernel has finished and its writes are visible. Below sm_90
+// both compile to nothing, and launchPlan launches in plain stream order instead.
+__device__ __forceinline__ void letDependentsStart() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void waitForPrerequisites() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Copy one stage: the BlockM x BlockK slice of A and the BlockK x BlockN slice of B
 // that start at k_start. Consecutive threads take consecutive 16-byte pieces of a
 // row, so every warp reads whole runs of a row. A stage that sticks out past K (the
@@ -232,78 +240,12 @@ __device__ __forceinline__ void storeOutputs(const GemmOperands& operands, size_
 }
 
 // ---------------------------------------------------------------------------
-// The split-K reductions
-// ---------------------------------------------------------------------------
-// With K split, each split's partial sums are added in split order, so the same
-// inputs give the same bits on every run (floating-point atomics would not), and the
-// total is stored through the one epilogue, storeOutputs, once per output.
-constexpr int kMaxSplits = 16;        // the launcher splits K at most this many ways,
-constexpr int kMaxClusterSplits = 8;  // and at most 8 in a cluster (the portable size)
-
-// sm_90 and newer: the splits of one tile are the blocks of one cluster, which run at
-// the same time and can read one another's shared memory. Each block puts its split's
-// sums for the whole tile in its own shared memory; after the cluster's barrier each
-// adds up, for its share of the tile's rows, every block's sums in rank order. One
-// launch, no workspace. Below sm_90 this compiles to nothing, and launchPlan never
-// launches a cluster there.
-template <class Plan, class Accumulator>
-__device__ void addSplitsInCluster(const GemmOperands& operands,
-                                   const Accumulator (&accumulators)[Plan::kFragmentsM][Plan::kFragmentsN],
-                                   float* tile, int tile_row, int tile_col, int warp_row, int warp_col) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && CUDART_VERSION >= 12000
-    cooperative::cluster_group cluster = cooperative::this_cluster();
-#pragma unroll
-    for (int i = 0; i < Plan::kFragmentsM; ++i)
-#pragma unroll
-        for (int j = 0; j < Plan::kFragmentsN; ++j)
-            wmma::store_matrix_sync(tile + (warp_row * Plan::kWarpM + i * kWmmaSize) * Plan::kClusterStride +
-                                        warp_col * Plan::kWarpN + j * kWmmaSize,
-                                    accumulators[i][j], Plan::kClusterStride, wmma::mem_row_major);
-    cluster.sync();  // every split's sums are in its block's shared memory
-    const int splits = static_cast<int>(cluster.num_blocks());
-    const int rank = static_cast<int>(cluster.block_rank());
-    const int first_row = rank * Plan::kBlockM / splits;
-    const int rows = (rank + 1) * Plan::kBlockM / splits - first_row;
-    constexpr int kVectorsPerRow = Plan::kBlockN / 4;
-    for (int vector = threadIdx.x; vector < rows * kVectorsPerRow; vector += Plan::kThreads) {
-        const int row = first_row + vector / kVectorsPerRow;
-        const int col = (vector % kVectorsPerRow) * 4;
-        const int offset = row * Plan::kClusterStride + col;
-        float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, 0) + offset);
-        for (int split = 1; split < splits; ++split) {
-            const float4 part = *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, split) + offset);
-            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
-        }
-        storeOutputs(operands, static_cast<size_t>(tile_row) * Plan::kBlockM + row,
-                     tile_col * Plan::kBlockN + col, sum);
-    }
-    cluster.sync();  // no block exits while another still reads its shared memory
-#endif
-}
-
-// Below sm_90 (or for a caller that passes a workspace): the kernel writes each
-// split's sums to its own M x N slice of `partials`, and this second kernel adds them.
-__global__ void __launch_bounds__(256)
-    splitSumKernel(const GemmOperands operands, const float* __restrict__ partials, int splits) {
-    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
-    for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
-         i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
-        float4 sum = *reinterpret_cast<const float4*>(partials + i);
-        for (int split = 1; split < splits; ++split) {
-            const float4 part = *reinterpret_cast<const float4*>(partials + split * outputs + i);
-            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
-        }
-        storeOutputs(operands, i / operands.n, static_cast<int>(i % operands.n), sum);
-    }
-}
-
-// ---------------------------------------------------------------------------
 // The kernel
 // ---------------------------------------------------------------------------
 // With gridDim.y > 1 the block computes one split of K, k_tiles_per_split stages
-// from stage blockIdx.y * k_tiles_per_split, and adds it to the others' in its
-// cluster (partials == nullptr) or writes its raw sums to `partials` (one M x N slice
-// per split) for splitSumKernel; otherwise all of K, into C. (launchPlan decides.)
+// from stage blockIdx.y * k_tiles_per_split, and writes its raw sums to
+// `partials` (one M x N slice per split) for splitSumKernel; otherwise all of K,
+// into C. (The launchers say when K is split.)
 template <class Plan>
 __global__ void __launch_bounds__(Plan::kThreads)
     wmmaGemmKernel(const GemmOperands operands, float* __restrict__ partials, int k_tiles_per_split) {
@@ -335,6 +277,10 @@ __global__ void __launch_bounds__(Plan::kThreads)
     for (int i = 0; i < Plan::kFragmentsM; ++i)
 #pragma unroll
         for (int j = 0; j < Plan::kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
+
+    // The kernel launched as this one's dependent (the split-K reduction) may now be
+    // scheduled onto the SMs that this grid leaves idle; it still waits for our sums.
+    letDependentsStart();
 
     // This block's stages of K: [first_k_tile, first_k_tile + k_tiles).
     const int first_k_tile = blockIdx.y * k_tiles_per_split;
@@ -403,11 +349,6 @@ __global__ void __launch_bounds__(Plan::kThreads)
     // 256-byte rows per instruction with 16-byte stores instead.
     waitForCopies<0>();
     __syncthreads();  // every warp is done reading the pipeline's shared memory
-    if (gridDim.y > 1 && partials == nullptr) {
-        addSplitsInCluster<Plan>(operands, accumulators, reinterpret_cast<float*>(shared_bytes), tile_row,
-                                 tile_col, warp_row, warp_col);
-        return;
-    }
     float* staging = reinterpret_cast<float*>(shared_bytes) + warp * Plan::kEpilogueFloatsPerWarp;
     const int lane = threadIdx.x % 32;
     const size_t first_c_row = static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * Plan::kWarpM;
@@ -437,6 +378,26 @@ __global__ void __launch_bounds__(Plan::kThreads)
     }
 }
 
+// The split-K reduction: C = the splits' partial sums added in split order, so the
+// same inputs give the same bits on every run (floating-point atomics would not),
+// then stored through the one epilogue.
+constexpr int kMaxSplits = 16;  // the launcher splits K at most this many ways
+
+__global__ void __launch_bounds__(256)
+    splitSumKernel(const GemmOperands operands, const float* __restrict__ partials, int splits) {
+    waitForPrerequisites();  // the multiply's partial sums are all written
+    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
+    for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
+         i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
+        float4 sum = *reinterpret_cast<const float4*>(partials + i);
+        for (int split = 1; split < splits; ++split) {
+            const float4 part = *reinterpret_cast<const float4*>(partials + split * outputs + i);
+            sum = make_float4(sum.x + part.x, sum.y + part.y, sum.z + part.z, sum.w + part.w);
+        }
+        storeOutputs(operands, i / operands.n, static_cast<int>(i % operands.n), sum);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The launchers
 // ---------------------------------------------------------------------------
@@ -446,8 +407,8 @@ __global__ void __launch_bounds__(Plan::kThreads)
 // Each thread asks the runtime once per device and keeps the answer.
 struct DeviceFacts {
     int device;
-    bool turing;    // code for below sm_80: no cp.async (TuringPlan)
-    bool clusters;  // code for sm_90 and up, built by CUDA 12 or newer: addSplitsInCluster
+    bool turing;            // code for below sm_80: no cp.async (TuringPlan)
+    bool dependent_launch;  // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
     int multiprocessors;
 };
 
@@ -469,59 +430,49 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
     return cudaSuccess;
 }
 
-// One plan on `stream`, with K in `splits` runs of whole stages (1: no split). Split,
-// the runs add up in a cluster where `workspace` is null (sm_90 and newer, at most
-// kMaxClusterSplits), else in splitSumKernel, with `workspace` holding splits x M x N
-// floats. The caller has checked that the plan's block tile divides M and N and that
-// the sizes fit an int.
+// One plan on `stream`, with K in `splits` runs of whole stages (1: no split).
+// `workspace` holds splits x M x N floats where splits > 1. The caller has checked
+// that the plan's block tile divides M and N and that the sizes fit an int.
 template <class Plan>
 cudaError_t launchPlan(const GemmOperands& operands, int splits, float* workspace,
                        cudaStream_t stream) {
-    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
-    const int per_split = (k_tiles + splits - 1) / splits;
-    splits = per_split ? (k_tiles + per_split - 1) / per_split : 1;  // no empty split
-    const bool in_cluster = splits > 1 && workspace == nullptr;
-    DeviceFacts facts;
-    cudaError_t status = currentDeviceFacts(&facts);
-    if (status != cudaSuccess) return status;
-    if (in_cluster && (!facts.clusters || splits > kMaxClusterSplits)) return cudaErrorInvalidValue;
-
     // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
     // call costs well under a microsecond and is not a stream operation, so it is
     // also allowed while a CUDA graph is being captured.
-    const int shared_bytes = in_cluster ? Plan::kClusterSharedBytes : Plan::kSharedBytes;
-    status = cudaFuncSetAttribute(wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  shared_bytes);
+    cudaError_t status = cudaFuncSetAttribute(
+        wmmaGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kSharedBytes);
     if (status != cudaSuccess) return status;
+    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
+    const int per_split = (k_tiles + splits - 1) / splits;
+    splits = per_split ? (k_tiles + per_split - 1) / per_split : 1;  // no empty split
     const dim3 blocks((operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN), splits);
-    if (!in_cluster) {
-        wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, shared_bytes, stream>>>(
-            operands, splits > 1 ? workspace : nullptr, splits > 1 ? per_split : k_tiles);
-        status = cudaGetLastError();
-        if (splits == 1 || status != cudaSuccess) return status;
-        const size_t vectors = static_cast<size_t>(operands.m) * operands.n / 4;
-        splitSumKernel<<<static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0,
-                         stream>>>(operands, workspace, splits);
-        return cudaGetLastError();
-    }
+    wmmaGemmKernel<Plan><<<blocks, Plan::kThreads, Plan::kSharedBytes, stream>>>(
+        operands, splits > 1 ? workspace : nullptr, splits > 1 ? per_split : k_tiles);
+    status = cudaGetLastError();
+    if (splits == 1 || status != cudaSuccess) return status;
+
+    DeviceFacts facts;
+    if ((status = currentDeviceFacts(&facts)) != cudaSuccess) return status;
+    const size_t vectors = static_cast<size_t>(operands.m) * operands.n / 4;
+    const unsigned reduction_blocks = static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096));
 #if CUDART_VERSION >= 12000
-    // The splits of a tile are one cluster: blockIdx.y runs over them (gridDim.y ==
-    // splits), so a cluster of 1 x splits blocks holds exactly one tile's.
+    // The reduction as the multiply's dependent where the code has the wait for it
+    // (sm_90 and up): its launch then overlaps the multiply instead of following it,
+    // which measured faster (checks/NOTES.md). Older code has no wait, so there it is
+    // launched in plain stream order. A CUDA graph captures either kind.
     cudaLaunchConfig_t config{};
-    config.gridDim = blocks;
-    config.blockDim = dim3(Plan::kThreads);
-    config.dynamicSmemBytes = shared_bytes;
+    config.gridDim = dim3(reduction_blocks);
+    config.blockDim = dim3(256);
     config.stream = stream;
-    cudaLaunchAttribute cluster{};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = static_cast<unsigned>(splits);
-    cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, wmmaGemmKernel<Plan>, operands, static_cast<float*>(nullptr), per_split);
-#else
-    return cudaErrorInvalidValue;  // not reached: facts.clusters is false
+    cudaLaunchAttribute dependent{};
+    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &dependent;
+    config.numAttrs = facts.dependent_launch ? 1 : 0;
+    return cudaLaunchKernelEx(&config, splitSumKernel, operands, static_cast<const float*>(workspace), splits);
+#else  // CUDA 11's runtime has no programmatic dependent launch
+    splitSumKernel<<<reduction_blocks, 256, 0, stream>>>(operands, workspace, splits);
+    return cudaGetLastError();
 #endif
 }
 
@@ -532,7 +483,6 @@ enum class PlanChoice { kSquare, kSmallGrid, kTuring };
 struct LaunchChoice {
     PlanChoice plan;
     int splits;
-    bool in_cluster;  // the splits add up in a cluster: no workspace
 };
 
 // A 128 x 128 block walks all of K alone, so a grid of fewer such tiles than SMs
@@ -540,10 +490,9 @@ struct LaunchChoice {
 // H200's 132 SMs). There the launcher takes SmallGridPlan's 64 x 64 tiles, four times
 // as many. Where even those are fewer than the SMs, K is split into enough runs to
 // give every SM a block, each of at least kMinStagesPerSplit stages, so that its
-// pipeline has stages in flight, and added up in a cluster where the code allows.
-// Below kMinDepthToSplit one block per tile measured faster: a short K does not
-// repay the reduction. A T4's build keeps TuringPlan and splits it the same way,
-// through the workspace. (checks/NOTES.md has the split table for every plan.)
+// pipeline has stages in flight. Below kMinDepthToSplit one block per tile measured
+// faster: a short K does not repay the reduction's launch. A T4's build keeps
+// TuringPlan and splits it the same way. (checks/NOTES.md has the split table.)
 constexpr int kMinStagesPerSplit = 2;
 constexpr int kMinDepthToSplit = 256;
 
@@ -562,20 +511,18 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
                                          : SquarePlan::kBlockK;
     const int k_tiles = (k + stage_depth - 1) / stage_depth;
     const int wanted = tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
-    const int most = facts.clusters ? kMaxClusterSplits : kMaxSplits;
-    choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, most}));
-    choice->in_cluster = facts.clusters && choice->splits > 1;
+    choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, kMaxSplits}));
     return cudaSuccess;
 }
 
 // The bytes of workspace launchWmmaGemm needs for this shape on the current device:
-// 0 where K is not split, or is split across a cluster.
+// 0 where K is not split.
 size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
-    LaunchChoice choice{PlanChoice::kSquare, 1, false};
+    LaunchChoice choice{PlanChoice::kSquare, 1};
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX ||
         chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &choice) != cudaSuccess)
         return 0;  // the launch then fails with the same error, and says so
-    return choice.splits > 1 && !choice.in_cluster ? choice.splits * m * n * sizeof(float) : 0;
+    return choice.splits > 1 ? choice.splits * m * n * sizeof(float) : 0;
 }
 
 // The plan chosen for these operands, on `stream`. It checks the shape rules again,
@@ -589,7 +536,6 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
     LaunchChoice choice;
     const cudaError_t status = chooseLaunch(operands.m, operands.n, operands.k, &choice);
     if (status != cudaSuccess) return status;
-    if (choice.in_cluster) workspace = nullptr;  // launchPlan's sign for a cluster
     switch (choice.plan) {
         case PlanChoice::kTuring: return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);
         case PlanChoice::kSmallGrid: return launchPlan<SmallGridPlan>(operands, choice.splits, workspace, stream);

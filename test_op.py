@@ -391,9 +391,9 @@ def check_cuda_graph(mm):
     reads a value back cannot be captured; one that launches off the capturing
     stream, or keeps a scale from capture time, replays stale or overflowed results."""
     require_gpu()
-    # The lesson's first shape: on a card with many SMs the launcher splits its K, so
-    # the split is captured too (a cluster launch on sm_90 and newer; below, its
-    # workspace and second kernel).
+    # The lesson's first shape: on a card with many SMs the launcher splits its K,
+    # so the split's workspace and second kernel (on sm_90 launched early, as the
+    # multiply's dependent) are captured too.
     a = fresh(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
     b = fresh(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
     grad = fresh(256, 512, dtype=torch.float32, device="cuda")

@@ -64,11 +64,14 @@ LAST_STAGE_DROPPED = ("the last stage dropped",
 GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
 TWO_BLOCKS = ("two blocks per SM asked of the compiler", "__launch_bounds__(Plan::kThreads)",
               "__launch_bounds__(Plan::kThreads, 2)")
-# What splitSumKernel costs: the multiply alone, its partial sums never added. Wrong
-# on purpose; the split table times it without checking it (its cluster row is real),
-# and the main table skips it.
-NO_REDUCTION = ("no reduction (timing only)", "        if (splits == 1 || status != cudaSuccess) return status;",
-                "        return status;")
+# The split-K reduction launched in plain stream order, not as the multiply's
+# programmatic dependent: what the early start is worth.
+REDUCTION_IN_ORDER = ("the reduction launched in stream order", "config.numAttrs = facts.dependent_launch ? 1 : 0;",
+                      "config.numAttrs = 0;")
+# What the reduction costs: the multiply alone, its partial sums never added. Wrong on
+# purpose; the split table times it without checking it, and the main table skips it.
+NO_REDUCTION = ("no reduction (timing only)", "    if (splits == 1 || status != cudaSuccess) return status;",
+                "    return status;")
 
 # name: (BlockM, BlockN, WarpM, WarpN, BlockK, Stages) as kernel.cu's TilePlan takes
 # them, and source edits.
@@ -98,6 +101,7 @@ VARIANTS = {
     "small, 4 x 32": ((64, 64, 32, 32, 32, 4), []),
     "small, 2 x 64": ((64, 64, 32, 32, 64, 2), []),
     "small, 4 x 64": ((64, 64, 32, 32, 64, 4), []),
+    "small, 3 x 32, reduction in stream order": ((64, 64, 32, 32, 32, 3), [REDUCTION_IN_ORDER]),
     "small, 3 x 32, no reduction (timing only)": ((64, 64, 32, 32, 32, 3), [NO_REDUCTION]),
     "128x64, 4 warps 64x32, 3 x 32": ((128, 64, 64, 32, 32, 3), []),
 }
@@ -107,7 +111,6 @@ SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 409
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
 HEADERS = """
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
@@ -152,8 +155,7 @@ void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c, 
     const cudaError_t status = run_variant(
         static_cast<int>(index), reinterpret_cast<const half*>(a.data_ptr<at::Half>()),
         reinterpret_cast<const half*>(b.data_ptr<at::Half>()), c.data_ptr<float>(), a.size(0), b.size(1),
-        a.size(1), static_cast<int>(splits), workspace.numel() ? workspace.data_ptr<float>() : nullptr,
-        c10::cuda::getCurrentCUDAStream());
+        a.size(1), static_cast<int>(splits), workspace.data_ptr<float>(), c10::cuda::getCurrentCUDAStream());
     TORCH_CHECK(status == cudaSuccess, "variant ", index, ": ", cudaGetErrorString(status));
 }
 """
@@ -209,12 +211,10 @@ def main():
                 if not wanted or any(part in name for part in wanted)}
     extension = build(variants)
 
-    def plan_call(index, splits=1, in_cluster=False):
-        """A variant's launch; split, the splits add up in a cluster (no workspace:
-        kernel.cu's launchPlan takes that as the sign) or in splitSumKernel."""
+    def plan_call(index, splits=1):
         def call(a, b):
             c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
-            workspace = torch.empty(0 if in_cluster else splits * c.numel() if splits > 1 else 1, device=a.device)
+            workspace = torch.empty(splits * c.numel() if splits > 1 else 1, device=a.device)
             extension.run_plan(index, a, b, c, splits, workspace)
             return c
         return call
@@ -261,18 +261,11 @@ def main():
 
 def split_table(variants, plan_call, bench, test_op):
     """GPU time (CUDA-graph replays, operands in L2) of each plan at the small shapes
-    with K in 1 to 16 splits added by splitSumKernel, and (on a card and build with
-    clusters) in 2 to 8 added in a cluster, beside cuBLAS and the launcher's choice."""
+    with K in 1 to 16 splits, beside cuBLAS and the launcher's own choice."""
     import op
     base, base_name = bench.baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
           f"graph replays, operands in L2; op.wmma_mm is the launcher's own choice")
-    try:  # a build without the cluster path (below sm_90) refuses a launch without a workspace
-        plan_call(0, 2, in_cluster=True)(torch.randn(128, 512, device="cuda").half(),
-                                         torch.randn(512, 128, device="cuda").half())
-        clusters = True
-    except RuntimeError:
-        clusters = False
     one = torch.zeros(1, device="cuda")
     print(f"the floor, a kernel that does next to nothing (a one-element add_): "
           f"{bench.graph_microseconds(lambda: one.add_(1)):.2f}")
@@ -284,21 +277,13 @@ def split_table(variants, plan_call, bench, test_op):
             b = torch.randn(k, n, device="cuda", dtype=torch.half)
             line = (f"{f'{m}x{n}x{k}':<18}{bench.graph_microseconds(lambda: base(a, b)):>24.2f}"
                     f"{bench.graph_microseconds(lambda: op.wmma_mm(a, b)):>12.2f}")
-            cluster_line = f"{'  in cluster':<54}"
             for splits in SPLIT_COUNTS:
-                for in_cluster in (False, True):
-                    if in_cluster and (splits == 1 or splits > 8 or not clusters):
-                        cluster_line += f"{'-':>8}"
-                        continue
-                    call = plan_call(index, splits, in_cluster)
-                    unchecked = "timing only" in name and not in_cluster
-                    figure = (f"{'FAIL':>8}" if not unchecked and test_op.error_ratio(call(a, b), a, b) > 1
-                              else f"{bench.graph_microseconds(lambda: call(a, b)):>8.2f}")
-                    if in_cluster:
-                        cluster_line += figure
-                    else:
-                        line += figure
-            print(line + "\n" + cluster_line, flush=True)
+                call = plan_call(index, splits)
+                if "timing only" not in name and test_op.error_ratio(call(a, b), a, b) > 1:
+                    line += f"{'FAIL':>8}"
+                    continue
+                line += f"{bench.graph_microseconds(lambda: call(a, b)):>8.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
-    step plan-run env EXPECTED_PLAN="TilePlan<128, 128, 32, 3>" python3 -c "$plan_run"
+    step plan-run env EXPECTED_PLAN="TilePlan<64, 64, 32, 32, 32, 3>" python3 -c "$plan_run"
     # Row 11 against a binding that synchronizes the device after each launch, which
     # sync debug mode does not see: the row must fail, naming the wait.
     wrong=$(mktemp -d)
@@ -179,7 +179,7 @@ print("driver: forward and backward done")'
     step sanitize-torch-compute75-memcheck env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" \
         compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
     step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87-*/day87_ext.so"
-    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 16, 2>" TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 -c "$plan_run"
+    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 64, 64, 16, 2>" TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 -c "$plan_run"
     step compute75-variants env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 checks/forward_variants.py Plan
 
     # pip's toolkit alone: no CUDA_HOME, no nvcc on PATH.

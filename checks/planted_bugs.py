@@ -4,9 +4,7 @@
 
 Each planted bug is a text edit of kernel.cu, made on a copy of the lesson with the
 answer key applied (so that there is a bias to apply twice), and compiled into
-gate.cu for this machine's card: on sm_90 and newer the gate runs both reductions
-(splitSumKernel and the cluster's), below it the cluster bugs are not reached and
-the gate passes them (the verdict says so). The gate must pass on the copy as it is and fail
+gate.cu for this machine's card. The gate must pass on the copy as it is and fail
 on every bug; the exit status is the number of verdicts that were not the expected
 one. The builds run side by side.
 """
@@ -25,26 +23,11 @@ LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUGS = {
     "no bug (the solved copy as it is)": [],
     "the last split's partial sum dropped": [
-        ("for (int split = 1; split < splits; ++split) {\n"
-         "            const float4 part = *reinterpret_cast<const float4*>(partials",
-         "for (int split = 1; split < splits - 1; ++split) {\n"
-         "            const float4 part = *reinterpret_cast<const float4*>(partials")],
+        ("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
     "the first split's partial sum added twice": [
         ("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
          "        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n"
          "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
-    "in a cluster, the last split's sums dropped": [
-        ("for (int split = 1; split < splits; ++split) {\n"
-         "            const float4 part = *reinterpret_cast<const float4*>(cluster.map_shared_rank",
-         "for (int split = 1; split < splits - 1; ++split) {\n"
-         "            const float4 part = *reinterpret_cast<const float4*>(cluster.map_shared_rank")],
-    "in a cluster, the first split's sums added twice": [
-        ("        float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, 0) + offset);\n",
-         "        float4 sum = *reinterpret_cast<const float4*>(cluster.map_shared_rank(tile, 0) + offset);\n"
-         "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
-    "in a cluster, a row of each share left unwritten": [
-        ("    const int rows = (rank + 1) * Plan::kBlockM / splits - first_row;",
-         "    const int rows = (rank + 1) * Plan::kBlockM / splits - first_row - 1;")],
     "the epilogue (the bias) applied per split": [
         ("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
                 *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
@@ -89,13 +72,11 @@ def main():
                 continue
             gate = subprocess.run(["./gate"], cwd=folder, capture_output=True, text=True)
             failed = [line for line in gate.stdout.splitlines() if "FAIL" in line]
-            reached = not name.startswith("in a cluster") or major >= 9
-            expected_to_fail = bool(BUGS[name]) and reached
+            expected_to_fail = bool(BUGS[name])
             verdict = "caught" if gate.returncode and expected_to_fail else (
-                "NOT AS EXPECTED" if gate.returncode or expected_to_fail else
-                "passes, as it should" if reached else "passes: no clusters below sm_90, not reached")
+                "passes, as it should" if not gate.returncode and not expected_to_fail else "NOT AS EXPECTED")
             unexpected += verdict == "NOT AS EXPECTED"
-            print(f"{name:<50} gate exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
+            print(f"{name:<46} gate exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
                   + (f", e.g. {failed[0].strip()}" if failed else ""))
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)
