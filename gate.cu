@@ -121,13 +121,16 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
 }
 
 // Each plan directly, whichever one the launcher would choose on this card: K % 32 ==
-// 16 (a half-filled last stage of 32), K = 16 (a single step), and K split two ways
-// and four, where the splits' stages do not divide evenly (17 stages of 16, 9 of 32).
+// 16 (a half-filled last stage of 32), K = 16 (a single step), a K of 4096 split in
+// two (a multiply long enough that a reduction launched early which did not wait for
+// it would read unwritten sums), and K split two ways and four, where the splits'
+// stages do not divide evenly (17 stages of 16, 9 of 32).
 template <class Plan>
 bool checkPlan(const char* name, std::mt19937& generator) {
     bool pass = checkShape(name, launchPlan<Plan>, 1, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
                            generator);
     pass &= checkShape(name, launchPlan<Plan>, 1, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
+    pass &= checkShape(name, launchPlan<Plan>, 2, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 4096, generator);
     for (int splits : {2, 4})
         pass &= checkShape(name, launchPlan<Plan>, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
                            generator);
