@@ -82,7 +82,7 @@ def main():
                 "NOT AS EXPECTED" if gate.returncode or expected_to_fail else
                 "passes, as it should" if reached else "passes: below sm_90 it is not reached")
             unexpected += verdict == "NOT AS EXPECTED"
-            print(f"{name:<46} gate exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
+            print(f"{name:<50} gate exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
                   + (f", e.g. {failed[0].strip()}" if failed else ""))
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)
