@@ -126,7 +126,8 @@ void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor&
 
 #ifdef DAY87_WITH_CUDA
 at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
-    checkContract("day87::wmma_mm", a, b, at::kHalf, /*tile_rules=*/true);
+    const std::string op = "day87::wmma_mm";  // every message names the operator that raised it
+    checkContract(op, a, b, at::kHalf, /*tile_rules=*/true);
     const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
 
     // The guard sets the current device to the tensors' device for the rest of
@@ -153,8 +154,7 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
         workspace.defined() ? workspace.mutable_data_ptr<float>() : nullptr,
         c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
     // Raise, never exit: std::exit would end the interpreter without a traceback.
-    TORCH_CHECK(status == cudaSuccess,
-                std::string("day87::wmma_mm: launch failed: ") + cudaGetErrorString(status));
+    TORCH_CHECK(status == cudaSuccess, op + ": launch failed: " + cudaGetErrorString(status));
     return c;
 }
 

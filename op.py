@@ -26,11 +26,12 @@ def wmma_mm(a, b):
 
 def accumulate_dtype(input_dtype):
     """The output dtype for an input dtype: FP16 accumulates and is stored in FP32,
-    the float64 reference path stays in float64."""
+    the float64 reference path stays in float64. Shared by every day87 operator,
+    so its message names none of them; each one's own dtype rule comes first."""
     widened = {torch.float16: torch.float32, torch.float64: torch.float64}
     if input_dtype not in widened:
-        raise TypeError(f"day87::wmma_mm: rule 'dtype': inputs must be torch.float16 (CUDA) "
-                        f"or torch.float64 (CPU); got {input_dtype}")
+        raise TypeError(f"day87: accumulate_dtype: no accumulate dtype for {input_dtype}; the "
+                        "operators take torch.float16 (CUDA) or torch.float64 (CPU)")
     return widened[input_dtype]
 
 
@@ -234,7 +235,10 @@ def build_plan():
             "library": os.path.join(directory, f"{EXTENSION_NAME}.so"),
             # Written only after a build succeeded: a library that a killed link
             # left half-written has no marker and is rebuilt, never loaded.
-            "done_marker": os.path.join(directory, "build-complete")}
+            "done_marker": os.path.join(directory, "build-complete"),
+            # Written when a build failed, with its first error: the next import
+            # says so, rather than mistaking what the failure left for a killed build.
+            "failed_marker": os.path.join(directory, "build-failed")}
 
 
 def _toolkit_fix():
@@ -295,18 +299,32 @@ def _build(plan):
             return  # the process we waited for built it
         _check_toolchain(plan)
         # We hold the lock, so no live op.py builds here: a cpp_extension lock
-        # file left over belongs to a killed build (and would make load() wait
-        # forever), and so does any library without the done marker.
+        # file left over belongs to a build that was killed (on torch releases whose
+        # load() waits while that file exists, it would wait forever), and so does
+        # any library without the done marker. A failed build removes its own.
         stale_lock = os.path.join(plan["directory"], "lock")
-        if os.path.exists(stale_lock):
+        if os.path.exists(plan["failed_marker"]):
+            _say(f"the last build in {plan['directory']} failed ({_text(plan['failed_marker']).strip()}); "
+                 "building again")
+            os.remove(plan["failed_marker"])
+        elif os.path.exists(stale_lock):
             _say(f"removing {stale_lock}, left by a build that was killed")
+        if os.path.exists(stale_lock):
             os.remove(stale_lock)
         what = (f"for sm {plan['archs']} with the toolkit in {plan['cuda_home']}" if plan["with_cuda"]
                 else "CPU part only (" + ("torch has no CUDA" if not torch.version.cuda
                                           else "no CUDA toolkit found") + ")")
         _say(f"building the extension {what} in {plan['directory']}; "
              "a first build takes tens of seconds")
-        _compile(plan)
+        try:
+            _compile(plan)
+        except (RuntimeError, OSError) as error:
+            first_error, message = _explain_build_failure(error)
+            with open(plan["failed_marker"], "w") as marker:
+                marker.write(first_error + "\n")
+            if os.path.exists(stale_lock):
+                os.remove(stale_lock)
+            raise RuntimeError(message) from None
         # A umask of 002 would leave the library group-writable, and the check
         # before every load would then refuse it.
         os.chmod(plan["library"], os.stat(plan["library"]).st_mode & ~0o022)
@@ -356,6 +374,48 @@ def _compile(plan):
             os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
         else:
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+
+
+def _explain_build_failure(error):
+    """(the failure in one line, the message to raise) for an error out of
+    cpp_extension.load: a compiler's log ends with its first error, and a library
+    that does not load says which symbol, and why it is missing."""
+    text = str(error)
+    missing = re.search(r"undefined symbol: (\S+)", text)
+    if missing:
+        return _explain_undefined_symbol(missing.group(1))
+    first = _first_compiler_error(text)
+    return (first or "see the log", f"{text}\n\nday87: the build failed. Its first error"
+            + (f":\n    {first}" if first else " is in the log above") + "\nFix it and import again.")
+
+
+def _first_compiler_error(log):
+    """'kernel.cu:123: message' for the first error in a build log (gcc writes
+    file:line:column: error:, nvcc file(line): error:), or None."""
+    for line in log.splitlines():
+        found = re.match(r"\s*(\S+?)(?::(\d+)(?::\d+)?|\((\d+)\)):\s*(?:fatal )?error:?\s*(.*)", line)
+        if found:
+            return f"{os.path.basename(found[1])}:{found[2] or found[3]}: {found[4]}"
+    return next((line.strip() for line in log.splitlines() if re.search(r"\berror\b", line)), None)
+
+
+def _explain_undefined_symbol(symbol):
+    """A library that links and then does not load: one message, in C++'s words."""
+    demangled = symbol
+    if shutil.which("c++filt"):  # binutils, beside the compiler that built the library
+        demangled = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
+    function = re.match(r"[\w:]+", demangled).group(0).split("::")[-1]
+    naming = [name for name in ("kernel.cu", "binding.cpp") if function in _text(os.path.join(HERE, name))]
+    if len(naming) < 2:  # not one of this folder's functions: another libtorch's
+        return (f"undefined symbol {demangled}", (
+            f"day87: the library built but does not load: undefined symbol {demangled}. It was linked "
+            f"against another libtorch than the one this interpreter loaded (torch {torch.__version__} "
+            f"from {os.path.dirname(torch.__file__)}). Fix: build and import from the same environment."))
+    return (f"undefined symbol {demangled}", (
+        f"day87: the library built but does not load: nothing defines {demangled}. binding.cpp "
+        f"declares {function} near its top and kernel.cu defines it: the two must have the same "
+        "parameter types in the same order, or the call links to a function that does not exist. "
+        f"Fix: make binding.cpp's declaration of {function} match its definition in kernel.cu."))
 
 
 def _refuse_unless_private(*paths):

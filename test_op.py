@@ -24,6 +24,7 @@ import logging  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import traceback  # noqa: E402
 import warnings  # noqa: E402
 
 # torch.compile's on-disk autograd cache can serve a backward compiled before
@@ -31,6 +32,7 @@ import warnings  # noqa: E402
 os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
 
 import torch  # noqa: E402
+from torch._subclasses.fake_tensor import FakeTensorMode, UnsupportedOperatorException  # noqa: E402
 from torch.autograd.gradcheck import GradcheckError  # noqa: E402
 
 import op  # noqa: E402
@@ -66,6 +68,9 @@ def run_table(rows, notes=()):
             status, detail = "FAIL", str(defect)
         except Exception as error:  # a crash inside a check is a failure, with its cause
             status, detail = "FAIL", f"{type(error).__name__}: {error}"
+        if status == "FAIL" and not BROKEN_CONTEXT and any(sticky in str(detail) for sticky in STICKY_CUDA_ERRORS):
+            BROKEN_CONTEXT.append(name)
+            detail = f"{str(detail).splitlines()[0]}\n{BROKEN_CONTEXT_HINT}"
         counts[status] += 1
         first, *rest = str(detail).splitlines() or [""]
         print(f"{name:<42}{compares:<52}{status}, {first}", flush=True)
@@ -86,9 +91,22 @@ def why_no_kernel():
     return None
 
 
+# A kernel that faults (reads or writes outside its buffers) leaves the CUDA context
+# of the whole process broken: every later CUDA call fails with the same error.
+STICKY_CUDA_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
+                      "illegal instruction", "device-side assert")
+BROKEN_CONTEXT = []  # the name of the row whose kernel faulted, once one has
+BROKEN_CONTEXT_HINT = (
+    "A kernel read or wrote outside its buffers, and the CUDA context of this process is now broken: "
+    "the later CUDA rows cannot run. Doing the exercise? wmma_mm passes no bias (nullptr), so "
+    "storeOutputs in kernel.cu may add operands.bias only where it is set.")
+
+
 def require_gpu(count=1):
     if why_no_kernel():
         raise Skip(why_no_kernel())
+    if BROKEN_CONTEXT:
+        raise Fail(f"not run: a kernel in row '{BROKEN_CONTEXT[0]}' faulted and broke the CUDA context; fix that first")
     if torch.cuda.device_count() < count:
         raise Skip(f"needs {count} GPUs")
 
@@ -588,7 +606,35 @@ def jacobian_mismatches(fn, inputs, names, epsilon=1e-6, limit=4):
     return problems
 
 
+def where_raised(error):
+    """' (op.py:123, in _backward_bias)': the innermost line of the folder's own code
+    (op.py, binding through op.py) that the error passed through, or ''."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if os.path.dirname(os.path.abspath(frame.filename)) == os.path.dirname(os.path.abspath(op.__file__))
+              and os.path.basename(frame.filename) != os.path.basename(__file__)]
+    return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+
+
+def raised(what, error):
+    """A failure for an exception from the student's code: its type, first line and place."""
+    first_line = (str(error).splitlines() or [""])[0]
+    return Fail(f"{what} raised {type(error).__name__}{where_raised(error)}: {first_line}")
+
+
+def require_implementation(bias_op, key, block):
+    """The schema is there (check 6 found the op); a kernel for `key` must be too."""
+    name = bias_op._qualified_op_name
+    if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+        return
+    # An m.impl whose name has no schema loads without an error: name it.
+    dangling = [line for line in torch._C._dispatch_find_dangling_impls() if "day87::" in line]
+    raise Fail(f"{name} has a schema but no {key} implementation. Fix: in binding.cpp's {block}, "
+               f'm.impl("{name.split("::")[1]}", ...), the name spelled as in the schema'
+               + (f"; these implementations name no schema: {'; '.join(dangling)}" if dangling else ""))
+
+
 def exercise_forward(bias_op):
+    require_implementation(bias_op, "CPU", "TORCH_LIBRARY_IMPL(day87, CPU, m)")
     # Both a non-square and a square shape: with M != N a bias broadcast along
     # the wrong axis raises; with M == N it silently adds the wrong values.
     for m, k, n in [(3, 4, 5), (5, 4, 5)]:
@@ -596,43 +642,110 @@ def exercise_forward(bias_op):
         try:
             c = bias_op(a, b, bias)
         except Exception as error:
-            raise Fail(f"{m}x{k}x{n}: the forward raised {type(error).__name__}: {str(error).splitlines()[0]}") from None
+            raise raised(f"{m}x{k}x{n}: the forward", error) from None
         ratio = error_ratio(c, a, b, bias)
         require(ratio <= 1.0, f"{m}x{k}x{n}: the forward disagrees with a @ b + bias "
                               f"({ratio:.3g} x the float64 bound)")
     return "agrees with a @ b + bias at 3x4x5 and 5x4x5"
 
 
+NO_BACKWARD = ("no backward is registered for {name}: on the CPU autograd records the float64 kernel's "
+               "own ATen ops and only warns, on CUDA the gradients stay None, the lesson's pitfall "
+               "'training runs, but the loss does not move'. Fix: in op.py's _register, "
+               'torch.library.register_autograd("{name}", backward, setup_context=..., lib=library)')
+
+
 def exercise_gradient(bias_op):
+    name = bias_op._qualified_op_name
+    # The registration first: autograd's fallback records a CPU kernel built from
+    # ATen ops (at::addmm), so the Jacobians below agree even with no backward.
+    inputs = [fresh(*shape, dtype=torch.float64, requires_grad=True) for shape in ((3, 4), (4, 5), (5,))]
+    registration = torch.library.opcheck(bias_op.default, tuple(inputs), raise_exception=False,
+                                         test_utils=("test_autograd_registration",))["test_autograd_registration"]
+    require(registration == "SUCCESS", NO_BACKWARD.format(name=name))
     # A square output, so that a gradient summed over the wrong axis has the right
     # shape and shows up as wrong Jacobian entries rather than a shape error.
     m, k, n = 4, 3, 4
     inputs = (fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64))
-    problems = jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
+    try:
+        problems = jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
+    except Exception as error:
+        # Most often setup_context saved other tensors, or another number of them,
+        # than the backward unpacks from ctx.saved_tensors.
+        raise raised("the backward (or its setup_context)", error) from None
     require(not problems, "\n".join(problems))
-    return "gradcheck-style Jacobians agree for a, b and bias"
+    return "registered; gradcheck-style Jacobians agree for a, b and bias"
+
+
+NO_FAKE = ("no fake implementation is registered for {name}: torch.compile cannot trace it and splits "
+           "the graph there, the lesson's pitfall 'torch.compile gets slower'. Fix: in op.py's _register, "
+           'torch.library.register_fake("{name}", fake, lib=library)')
 
 
 def exercise_fake(bias_op):
+    name = bias_op._qualified_op_name
     a, b, bias = fresh(3, 4, dtype=torch.float64), fresh(4, 5, dtype=torch.float64), fresh(5, dtype=torch.float64)
     try:
         bias_op(a, b, bias)
     except Exception as error:
         raise Skip(f"the forward raises at 3x4x5 ({type(error).__name__}), so there is no "
                    "real output to compare the fake with: fix the forward first") from None
+    # CUDA's dtypes first, on fake CUDA tensors: no GPU needed. On the CPU float64 in
+    # is float64 out, so a fake that returns the input's dtype passes opcheck below
+    # and plans FP16 here, where the kernel writes FP32.
+    m, k, n = 2 * op.TILE_M, 3 * op.TILE_K, 3 * op.TILE_N
+    seen = f"fake CUDA tensors ({m}x{k} @ {k}x{n} torch.float16, bias {n} torch.float32)"
+    try:
+        with FakeTensorMode():
+            out = bias_op(torch.empty(m, k, dtype=torch.half, device="cuda"),
+                          torch.empty(k, n, dtype=torch.half, device="cuda"), torch.empty(n, device="cuda"))
+            shape, dtype = tuple(out.shape), out.dtype
+    except UnsupportedOperatorException:
+        raise Fail(NO_FAKE.format(name=name)) from None
+    except Exception as error:
+        raise raised(f"the fake, on {seen},", error) from None
+    require(shape == (m, n) and dtype == torch.float32,
+            f"on {seen} the fake gives {'x'.join(map(str, shape))} {dtype}, the kernel {m}x{n} torch.float32: "
+            "the output's shape is M x N and its dtype the accumulate dtype (op.accumulate_dtype), "
+            "not the input's")
     results = torch.library.opcheck(bias_op.default, (a, b, bias),
                                     test_utils=("test_schema", "test_faketensor"), raise_exception=False)
     failed = {test: outcome for test, outcome in results.items() if outcome != "SUCCESS"}
-    require(not failed, "; ".join(f"{test}: {str(outcome).splitlines()[0]}" for test, outcome in failed.items()))
-    return "opcheck test_schema, test_faketensor"
+    require(not failed, "cpu f64: " + "; ".join(f"{test}: {str(outcome).splitlines()[0]}"
+                                                for test, outcome in failed.items()))
+    return "fake CUDA f16 in, f32 out; opcheck test_schema, test_faketensor"
 
 
 def exercise_cuda_forward(bias_op):
     require_gpu()
-    if not torch._C._dispatch_has_kernel_for_dispatch_key(bias_op._qualified_op_name, "CUDA"):
-        raise Skip("wmma_mm_bias has no CUDA implementation")
+    require_implementation(bias_op, "CUDA", "TORCH_LIBRARY_IMPL(day87, CUDA, m)")
     return ", ".join(forward_on_gpu(bias_op, *shape, bias=True)
                      for shape in ((256, 512, 384), (512, 1024, 128)))
+
+
+def exercise_cuda_gradient(bias_op):
+    """The gradients of a, b and bias through the CUDA kernel against float64: the
+    CPU rows differentiate the float64 path, which autograd may trace by itself."""
+    require_gpu()
+    require_implementation(bias_op, "CUDA", "TORCH_LIBRARY_IMPL(day87, CUDA, m)")
+    m, k, n = 256, 384, 512  # the lesson's first shape: K is split on a card with many SMs
+    inputs = [fresh(*shape, dtype=dtype, device="cuda", requires_grad=True)
+              for shape, dtype in (((m, k), torch.half), ((k, n), torch.half), ((n,), torch.float32))]
+    grad = fresh(m, n, dtype=torch.float32, device="cuda")
+    try:
+        bias_op(*inputs).backward(grad)
+    except Exception as error:
+        raise raised("the CUDA forward and backward", error) from None
+    wide = [t.detach().double().cpu().requires_grad_() for t in inputs]
+    torch.addmm(wide[2], wide[0], wide[1]).backward(grad.double().cpu())
+    # As in check 7: FP16 inputs and gradients (2^-11 each) and FP32 sums, about
+    # 1e-3 in norm. A missing or wrong formula is off by order 1.
+    for name, got, expected in zip(("a", "b", "bias"), inputs, wide):
+        require(got.grad is not None, f"grad of {name} is None after backward on CUDA: "
+                                      + NO_BACKWARD.format(name=bias_op._qualified_op_name).split(": ", 1)[0])
+        error = (got.grad.double().cpu() - expected.grad).norm() / expected.grad.norm()
+        require(error <= 1e-2, f"grad of {name} on CUDA is off by {error:.2e} in norm (bound 1e-2)")
+    return "grads of a, b and bias match float64"
 
 
 def no_exercise_yet():
@@ -648,11 +761,13 @@ def exercise_rows(bias_op=None):
         bias_op = torch.ops.day87.wmma_mm_bias
     return [
         ("6 exercise: forward", "a @ b + bias (added to every row), cpu f64", lambda: exercise_forward(bias_op)),
-        ("6 exercise: gradient", "grad_a, grad_b, grad_bias vs numerical Jacobian",
+        ("6 exercise: gradient", "backward registered; Jacobians vs numerical",
          lambda: exercise_gradient(bias_op)),
-        ("6 exercise: fake", "fake impl's shape and dtype under opcheck", lambda: exercise_fake(bias_op)),
+        ("6 exercise: fake", "fake's shape, dtype: cpu f64, fake cuda f16", lambda: exercise_fake(bias_op)),
         ("6 exercise: cuda forward", "both lesson shapes, f16 in, f32 out vs float64",
          lambda: exercise_cuda_forward(bias_op)),
+        ("6 exercise: cuda gradient", "grads of a, b, bias through the kernel vs f64",
+         lambda: exercise_cuda_gradient(bias_op)),
     ]
 
 
