@@ -96,14 +96,12 @@ sys.exit("row 11 passed against a binding that synchronizes the device")'
     rm -rf "$wrong" "$out/cache-wrong"
 fi
 
-# A copy of the seven files and checks/ with the exercise's answer key applied.
+# A solved copy of the seven files and checks/ (checks/solved.py: the answer key
+# applied, or the folder's own solution where the exercise is solved).
 solved_copy() {
     local folder
     folder=$(mktemp -d)/solved
-    mkdir -p "$folder"
-    cp kernel.cu binding.cpp op.py test_op.py gate.cu README.md requirements.txt "$folder"/
-    cp -r checks "$folder"/checks
-    (cd "$folder" && git apply checks/answer_key.patch) || return 1
+    python3 checks/solved.py "$folder" >&2 || return 1
     echo "$folder"
 }
 

@@ -2,8 +2,9 @@
 
     python checks/planted_bugs.py            (needs a GPU and nvcc)
 
-Each planted bug is a text edit of kernel.cu, made on a copy of the lesson with the
-answer key applied (so that there is a bias to apply twice), and compiled into
+Each planted bug is a text edit of kernel.cu, made on a solved copy of the lesson
+(checks/solved.py: the answer key applied, or the folder's own solution where the
+exercise is solved, so that there is a bias to apply twice), and compiled into
 gate.cu for this machine's card. The gate must pass on the copy as it is and fail
 on every bug it reaches (on a card older than sm_90 it does not reach a bug in the
 early launch); the exit status is the number of verdicts that were not the expected
@@ -18,7 +19,7 @@ import tempfile
 
 import torch
 
-LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from solved import solved_copy
 
 # name: the (old, new) edits of kernel.cu. The first is no bug at all.
 BUGS = {
@@ -49,14 +50,14 @@ def main():
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
+        solved = os.path.join(scratch, "solved")
+        print(f"planted_bugs: planted in {solved_copy(solved)}")
         builds = {}
         for index, (name, edits) in enumerate(BUGS.items()):
             folder = os.path.join(scratch, f"bug{index}")
             os.makedirs(folder)
             for file in ("kernel.cu", "gate.cu"):
-                shutil.copy(os.path.join(LESSON, file), folder)
-            subprocess.run(["git", "apply", os.path.join(LESSON, "checks", "answer_key.patch"),
-                            "--include=kernel.cu", "--include=gate.cu"], cwd=folder, check=True)
+                shutil.copy(os.path.join(solved, file), folder)
             with open(os.path.join(folder, "kernel.cu")) as file:
                 text = file.read()
             for old, new in edits:

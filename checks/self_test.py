@@ -5,8 +5,8 @@
 A check that cannot fail proves nothing. Each row here hands one of test_op.py's
 checks an operator that breaks one promise (a silent copy, a missing fake, a
 missing backward, the default stream, a host sync, ...) and passes only when the
-check fails. Then the exercise grader (check 6) grades eight registrations of
-wmma_mm_bias, each in a fresh process and a namespace of its own
+check fails. Then the exercise grader (check 6) grades each registration of
+wmma_mm_bias in EXERCISE_CASES, each in a fresh process and a namespace of its own
 (day87_exercise_case, so that a folder whose exercise is solved keeps its own
 day87::wmma_mm_bias), and each verdict must be the expected one; where the folder
 has its own wmma_mm_bias, the grader grades that too, and it must pass.
@@ -214,8 +214,8 @@ def prove_rows():
 
 
 # Registrations of day87::wmma_mm_bias for the exercise grader's self-test:
-# (forward, grad_bias, fake, expected failing questions). A forward or
-# backward entry of None leaves that piece unregistered.
+# (forward, grad_bias, fake, expected failing questions). A grad_bias or fake
+# of None leaves that piece unregistered. grad_bias takes (grad, device type).
 def _mm(a, b):
     return torch.ops.day87.wmma_mm(a, b)
 
@@ -226,41 +226,57 @@ def _correct_fake(a, b, bias):
 
 EXERCISE_CASES = {
     "correct reference": (lambda a, b, bias: _mm(a, b) + bias,
-                          lambda grad: grad.sum(0), _correct_fake, set()),
+                          lambda grad, device: grad.sum(0), _correct_fake, set()),
     # Wrong in matching ways: the backward agrees with the wrong forward, so only
-    # the forward question can catch it (the lesson's last pitfall).
+    # the forward questions can catch it (the lesson's last pitfall).
     "bias broadcast along rows": (lambda a, b, bias: _mm(a, b) + bias.unsqueeze(1),
-                                  lambda grad: grad.sum(1), _correct_fake, {"forward", "cuda forward"}),
+                                  lambda grad, device: grad.sum(1), _correct_fake,
+                                  {"forward", "cuda forward", "cuda gradient"}),
     "grad_bias over the wrong axis": (lambda a, b, bias: _mm(a, b) + bias,
-                                      lambda grad: grad.sum(1), _correct_fake, {"gradient"}),
+                                      lambda grad, device: grad.sum(1), _correct_fake,
+                                      {"gradient", "cuda gradient"}),
     "grad_bias scaled (mean)": (lambda a, b, bias: _mm(a, b) + bias,
-                                lambda grad: grad.mean(0), _correct_fake, {"gradient"}),
-    "fake with the wrong shape": (lambda a, b, bias: _mm(a, b) + bias, lambda grad: grad.sum(0),
+                                lambda grad, device: grad.mean(0), _correct_fake, {"gradient", "cuda gradient"}),
+    # Right on the CPU, wrong on CUDA: only the CUDA gradient row sees it.
+    "grad_bias wrong axis, CUDA only": (
+        lambda a, b, bias: _mm(a, b) + bias,
+        lambda grad, device: grad.sum(1) if device == "cuda" else grad.sum(0), _correct_fake, {"cuda gradient"}),
+    "fake with the wrong shape": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
                                   lambda a, b, bias: a.new_empty(a.shape, dtype=op.accumulate_dtype(a.dtype)),
                                   {"fake"}),
-    "fake with the wrong dtype": (lambda a, b, bias: _mm(a, b) + bias, lambda grad: grad.sum(0),
+    "fake with the wrong dtype": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
                                   lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32),
                                   {"fake"}),
-    "no backward registered": (lambda a, b, bias: _mm(a, b) + bias, None, _correct_fake, {"gradient"}),
+    # float64 in gives float64 out on the CPU, so only fake CUDA tensors show it.
+    "fake with the input's dtype": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
+                                    lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype),
+                                    {"fake"}),
+    "no fake registered": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0), None, {"fake"}),
+    # On the CPU autograd records the kernel's own ops (as it records the answer
+    # key's at::addmm), so the Jacobians agree; only the registration says it.
+    "no backward registered": (lambda a, b, bias: _mm(a, b) + bias, None, _correct_fake,
+                               {"gradient", "cuda gradient"}),
     "backward returns None for bias": (lambda a, b, bias: _mm(a, b) + bias,
-                                       lambda grad: None, _correct_fake, {"gradient"}),
+                                       lambda grad, device: None, _correct_fake, {"gradient", "cuda gradient"}),
 }
 
 
 def register_exercise_case(name):
     forward, grad_bias, fake, _ = EXERCISE_CASES[name]
 
-    def kernel(a, b, bias):
-        # Opaque to autograd, as a student's C++ kernel is: the backward must
-        # come from the registration, not from autograd tracing these ops.
+    def cuda_kernel(a, b, bias):
+        # Opaque to autograd, as a kernel launch is: the backward must come from
+        # the registration, not from autograd tracing these ops.
         with torch.no_grad():
             return forward(a, b, bias)
 
     library = torch.library.Library(CASE_NAMESPACE, "DEF")
     library.define("wmma_mm_bias(Tensor a, Tensor b, Tensor bias) -> Tensor")
-    library.impl("wmma_mm_bias", kernel, "CPU")
-    library.impl("wmma_mm_bias", kernel, "CUDA")
-    torch.library.register_fake(f"{CASE_NAMESPACE}::wmma_mm_bias", fake, lib=library)
+    # The CPU kernel is seen through by autograd, as binding.cpp's at::addmm is.
+    library.impl("wmma_mm_bias", forward, "CPU")
+    library.impl("wmma_mm_bias", cuda_kernel, "CUDA")
+    if fake is not None:
+        torch.library.register_fake(f"{CASE_NAMESPACE}::wmma_mm_bias", fake, lib=library)
     if grad_bias is not None:
         def setup_context(ctx, inputs, output):
             a, b, _ = inputs
@@ -270,7 +286,7 @@ def register_exercise_case(name):
             a, b = ctx.saved_tensors
             grad_a = torch.matmul(grad, b.t().to(grad.dtype)).to(a.dtype)
             grad_b = torch.matmul(a.t().to(grad.dtype), grad).to(b.dtype)
-            return grad_a, grad_b, grad_bias(grad)
+            return grad_a, grad_b, grad_bias(grad, grad.device.type)
 
         torch.library.register_autograd(f"{CASE_NAMESPACE}::wmma_mm_bias", backward,
                                         setup_context=setup_context, lib=library)
@@ -281,7 +297,8 @@ CASE_NAMESPACE = "day87_exercise_case"
 
 
 QUESTION_OF_ROW = {"6 exercise: forward": "forward", "6 exercise: gradient": "gradient",
-                   "6 exercise: fake": "fake", "6 exercise: cuda forward": "cuda forward"}
+                   "6 exercise: fake": "fake", "6 exercise: cuda forward": "cuda forward",
+                   "6 exercise: cuda gradient": "cuda gradient"}
 
 
 def grade_exercise_cases():
@@ -300,12 +317,15 @@ def grade_exercise_cases():
         failed = {question for line in child.stdout.splitlines() for row, question in QUESTION_OF_ROW.items()
                   if line.startswith(row) and " FAIL, " in line}
         if test_op.why_no_kernel():
-            expected = expected - {"cuda forward"}
+            expected = expected - {"cuda forward", "cuda gradient"}
         require(child.returncode == (1 if failed else 0),
                 f"exit status {child.returncode}; stderr ends: {child.stderr.strip()[-300:]}")
         require(failed == expected,
                 f"failed {sorted(failed) or 'nothing'}, expected {sorted(expected) or 'nothing'}")
-        if "gradient" in failed:
+        if "gradient" in failed and EXERCISE_CASES[name][1] is None:
+            require("no backward is registered" in child.stdout, "the gradient failure does not say "
+                                                                  "that no backward is registered")
+        elif "gradient" in failed:
             require(re.search(r"d out\[\d+\]\[\d+\]/d \w+\[", child.stdout),
                     "the gradient failure names no Jacobian entries")
         return f"failed {', '.join(sorted(failed)) or 'nothing'}, as expected"

@@ -1,37 +1,30 @@
-"""pytest: the exercise's answer key, laid over a fresh copy of the lesson (no GPU needed).
+"""pytest: the exercise solved (no GPU needed): the answer key laid over a fresh copy of
+the lesson, or, in a folder where the exercise is solved, that folder's own solution.
 
 checks/answer_key.patch is a full solution of day87::wmma_mm_bias, for after the
-attempt. Here it is applied to a copy of the seven files (and of checks/), and on
-that solved copy check 6's CPU rows pass, the gate compiles with its bias cases,
-the self-test passes (grading the copy's own wmma_mm_bias as well) and the variant
-tool's generated calls still compile. A change to a lesson file that the key no
-longer applies to, or that the solved copy no longer passes, fails here.
+attempt. Here checks/solved.py makes the solved copy of the seven files (and of
+checks/), and on it check 6's CPU rows pass, the second operator names itself in its
+errors, the gate compiles with its bias cases, the self-test passes (grading the
+copy's own wmma_mm_bias as well) and the variant tool's generated calls still
+compile. A change to a lesson file that the key no longer applies to, or that the
+solved copy no longer passes, fails here.
 """
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from solved import solved_copy
 from test_build import environment
 from test_forward_variants import NVCC, compile_variants
-
-LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KEY = os.path.join(LESSON, "checks", "answer_key.patch")
-SEVEN_FILES = ("kernel.cu", "binding.cpp", "op.py", "test_op.py", "gate.cu", "README.md", "requirements.txt")
 
 
 @pytest.fixture(scope="module")
 def solved(tmp_path_factory):
-    """A copy of the lesson with the answer key applied, and a build cache of its own."""
+    """A solved copy of the lesson (checks/solved.py), and a build cache of its own."""
     folder = tmp_path_factory.mktemp("solved")
-    for name in SEVEN_FILES:
-        shutil.copy2(os.path.join(LESSON, name), folder)
-    shutil.copytree(os.path.join(LESSON, "checks"), folder / "checks",
-                    ignore=shutil.ignore_patterns("results", "__pycache__"))
-    applied = subprocess.run(["git", "apply", "--verbose", KEY], cwd=folder, capture_output=True, text=True)
-    assert applied.returncode == 0, f"the answer key no longer applies:\n{applied.stderr}"
+    print(f"solved copy: {solved_copy(str(folder))}")
     return folder, tmp_path_factory.mktemp("solved-cache")
 
 
@@ -48,6 +41,7 @@ def test_check_6_passes_on_the_solved_copy(solved):
     for question in ("forward", "gradient", "fake"):
         assert any(line.startswith(f"6 exercise: {question}") and " pass, " in line for line in rows), rows
     assert any(line.startswith("6 exercise: cuda forward") for line in rows), rows
+    assert any(line.startswith("6 exercise: cuda gradient") for line in rows), rows
 
 
 def test_the_second_operator_names_itself_in_its_errors(solved):
@@ -71,7 +65,7 @@ def test_the_self_test_passes_on_the_solved_copy(solved):
     result = run(solved, "checks/self_test.py")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1500:]
     own = [line for line in result.stdout.splitlines() if line.startswith("this folder's wmma_mm_bias")]
-    assert len(own) == 4 and all(" FAIL, " not in line for line in own), own
+    assert len(own) == 5 and all(" FAIL, " not in line for line in own), own
 
 
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="no nvcc")
