@@ -28,7 +28,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-// Defined in kernel.cu, with the tile that the shape must divide.
+// Defined in kernel.cu, with the tile that the shape must divide. A declaration that
+// differs from its definition still compiles and links; the library then fails to
+// load on an undefined symbol. Change the two together.
 cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
                            size_t k, float* workspace, cudaStream_t stream);
 size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k);

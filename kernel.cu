@@ -224,7 +224,9 @@ __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const 
 // ---------------------------------------------------------------------------
 // What one multiply reads and writes. The kernels and the plan launchers take it
 // whole, so that an operand added here (the exercise's bias) changes no signature
-// but launchWmmaGemm's, the one binding.cpp calls.
+// but launchWmmaGemm's, the one binding.cpp calls. launchWmmaGemm zero-fills it
+// (`operands{}`): a pointer one call does not set is nullptr there, and a kernel
+// that reads it must test it first.
 struct GemmOperands {
     const half* a;  // M x K, row-major
     const half* b;  // K x N, row-major
@@ -546,7 +548,8 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
 
 // What binding.cpp calls: launches on `stream` and returns the launch status, with
 // `workspace` as wmmaGemmWorkspaceBytes asked for. Sizes past an int, or a grid of
-// more tiles than a launch can hold, answer cudaErrorInvalidValue.
+// more tiles than a launch can hold, answer cudaErrorInvalidValue. binding.cpp
+// declares it too: a change to its parameters goes in both files.
 cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, size_t n, size_t k,
                            float* workspace, cudaStream_t stream) {
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;

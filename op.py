@@ -380,7 +380,9 @@ def _explain_build_failure(error):
     """(the failure in one line, the message to raise) for an error out of
     cpp_extension.load: a compiler's log ends with its first error, and a library
     that does not load says which symbol, and why it is missing."""
-    text = str(error)
+    text, cause = str(error), error.__cause__ or error.__context__
+    while cause is not None:  # torch 2.14 wraps the loader's OSError in a RuntimeError
+        text, cause = f"{text}\n{cause}", cause.__cause__ or cause.__context__
     missing = re.search(r"undefined symbol: (\S+)", text)
     if missing:
         return _explain_undefined_symbol(missing.group(1))

@@ -24,6 +24,7 @@ import logging  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
+import re  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
 
@@ -615,10 +616,10 @@ def where_raised(error):
     return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
 
 
-def raised(what, error):
+def raised(what, error, hint=""):
     """A failure for an exception from the student's code: its type, first line and place."""
     first_line = (str(error).splitlines() or [""])[0]
-    return Fail(f"{what} raised {type(error).__name__}{where_raised(error)}: {first_line}")
+    return Fail(f"{what} raised {type(error).__name__}{where_raised(error)}: {first_line}" + (hint and f"\n{hint}"))
 
 
 def require_implementation(bias_op, key, block):
@@ -627,7 +628,8 @@ def require_implementation(bias_op, key, block):
     if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
         return
     # An m.impl whose name has no schema loads without an error: name it.
-    dangling = [line for line in torch._C._dispatch_find_dangling_impls() if "day87::" in line]
+    dangling = [found for impl in torch._C._dispatch_find_dangling_impls()
+                for found in re.findall(r"name: (day87\w*::\w+)", impl)]
     raise Fail(f"{name} has a schema but no {key} implementation. Fix: in binding.cpp's {block}, "
                f'm.impl("{name.split("::")[1]}", ...), the name spelled as in the schema'
                + (f"; these implementations name no schema: {'; '.join(dangling)}" if dangling else ""))
@@ -647,6 +649,12 @@ def exercise_forward(bias_op):
         require(ratio <= 1.0, f"{m}x{k}x{n}: the forward disagrees with a @ b + bias "
                               f"({ratio:.3g} x the float64 bound)")
     return "agrees with a @ b + bias at 3x4x5 and 5x4x5"
+
+
+# The usual cause of a backward that raises: setup_context saved other tensors, or
+# another number of them, than the backward unpacks.
+SAVED_TENSORS_HINT = ("In op.py, setup_context saves and the backward unpacks ctx.saved_tensors: the same "
+                      "tensors in the same order (wmma_mm's _backward unpacks a, b as _setup_context saves them).")
 
 
 NO_BACKWARD = ("no backward is registered for {name}: on the CPU autograd records the float64 kernel's "
@@ -670,9 +678,7 @@ def exercise_gradient(bias_op):
     try:
         problems = jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
     except Exception as error:
-        # Most often setup_context saved other tensors, or another number of them,
-        # than the backward unpacks from ctx.saved_tensors.
-        raise raised("the backward (or its setup_context)", error) from None
+        raise raised("the backward (or its setup_context)", error, SAVED_TENSORS_HINT) from None
     require(not problems, "\n".join(problems))
     return "registered; gradcheck-style Jacobians agree for a, b and bias"
 
@@ -706,8 +712,8 @@ def exercise_fake(bias_op):
         raise raised(f"the fake, on {seen},", error) from None
     require(shape == (m, n) and dtype == torch.float32,
             f"on {seen} the fake gives {'x'.join(map(str, shape))} {dtype}, the kernel {m}x{n} torch.float32: "
-            "the output's shape is M x N and its dtype the accumulate dtype (op.accumulate_dtype), "
-            "not the input's")
+            "in op.py's fake the output is M x N and its dtype the accumulate dtype, "
+            "accumulate_dtype(a.dtype), not the input's")
     results = torch.library.opcheck(bias_op.default, (a, b, bias),
                                     test_utils=("test_schema", "test_faketensor"), raise_exception=False)
     failed = {test: outcome for test, outcome in results.items() if outcome != "SUCCESS"}
@@ -735,7 +741,7 @@ def exercise_cuda_gradient(bias_op):
     try:
         bias_op(*inputs).backward(grad)
     except Exception as error:
-        raise raised("the CUDA forward and backward", error) from None
+        raise raised("the CUDA forward and backward", error, SAVED_TENSORS_HINT) from None
     wide = [t.detach().double().cpu().requires_grad_() for t in inputs]
     torch.addmm(wide[2], wide[0], wide[1]).backward(grad.double().cpu())
     # As in check 7: FP16 inputs and gradients (2^-11 each) and FP32 sums, about

@@ -6,10 +6,11 @@
 #                                         # self-test, ncu, fuzz, which plan ran
 #   bash checks/gpu_check.sh bench OUT    # bench.py, and its day 88 table with the
 #                                         # answer key applied
-#   bash checks/gpu_check.sh answer-key OUT  # the answer key on a copy: gate with its
-#                                         # bias cases and compute-sanitizer, harness
-#                                         # (check 6's CUDA row), self-test, planted
-#                                         # split-K bugs that the gate must catch
+#   bash checks/gpu_check.sh answer-key OUT  # a solved copy (checks/solved.py): gate with
+#                                         # its bias cases and compute-sanitizer, harness
+#                                         # (check 6's CUDA rows), self-test, planted
+#                                         # split-K bugs that the gate must catch, the
+#                                         # exercise's mistakes that a GPU shows
 #   bash checks/gpu_check.sh builds OUT   # compute-sanitizer; the compute_75 PTX path
 #                                         # (the T4's code, JIT-compiled: harness, plan
 #                                         # run, variants); pip's CUDA toolkit alone;
@@ -133,6 +134,7 @@ print("driver: wmma_mm_bias forward (K split on a large card) and backward done"
         _ "$solved" "$key_driver"
     step key-self-test bash -c "cd $solved && python3 checks/self_test.py"
     step planted-bugs python3 checks/planted_bugs.py
+    step student-mistakes python3 checks/student_mistakes.py --gpu-only
     unset TORCH_EXTENSIONS_DIR
     rm -rf "$out"/cache-solved
 fi
