@@ -3,7 +3,8 @@
 # each fit one 10-minute call of a lent GPU.
 #
 #   bash checks/gpu_check.sh lesson OUT   # gate, harness with and without the GPU,
-#                                         # self-test, ncu, fuzz, which plan ran
+#                                         # self-test, ncu, fuzz, the registration
+#                                         # bands (OUT/bands.svg), which plan ran
 #   bash checks/gpu_check.sh bench OUT    # bench.py, and its day 88 table with the
 #                                         # answer key applied
 #   bash checks/gpu_check.sh answer-key OUT  # a solved copy (checks/solved.py): gate with
@@ -79,6 +80,7 @@ smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
+    step registration-bands python3 checks/registration_bands.py --svg "$out/bands.svg"
     step plan-run env EXPECTED_PLAN="TilePlan<64, 64, 32, 32, 32, 3>" python3 -c "$plan_run"
     # Row 11 against a binding that synchronizes the device after each launch, which
     # sync debug mode does not see: the row must fail, naming the wait.
@@ -134,7 +136,7 @@ print("driver: wmma_mm_bias forward (K split on a large card) and backward done"
         _ "$solved" "$key_driver"
     step key-self-test bash -c "cd $solved && python3 checks/self_test.py"
     step planted-bugs python3 checks/planted_bugs.py
-    step student-mistakes python3 checks/student_mistakes.py --gpu-only
+    step student-mistakes python3 checks/student_mistakes.py --on-gpu
     unset TORCH_EXTENSIONS_DIR
     rm -rf "$out"/cache-solved
 fi

@@ -1,7 +1,8 @@
 """student_mistakes.py: the exercise's likely mistakes, each laid over the answer key, must be named.
 
     python checks/student_mistakes.py              # every mistake this machine can show
-    python checks/student_mistakes.py --gpu-only   # only those a GPU shows (CI runs the rest)
+    python checks/student_mistakes.py --on-gpu     # on a GPU: those a GPU shows, and those
+                                                   # whose CUDA rows answer too (CI runs the rest)
     python checks/student_mistakes.py --list       # the mistakes, what each must be told
 
 Each mistake is one text edit of a file of the solved lesson (checks/solved.py
@@ -10,7 +11,8 @@ runs it, and the mistake is named when the row it belongs to FAILs with words th
 give its cause and where the fix goes (or, for a build that fails, when the import's
 error does, and the next import says that the last build failed). The copies share
 one build cache: a mistake in op.py alone reuses the key's build. A mistake that
-only a GPU shows is skipped without one. The exit status is the number of mistakes
+only a GPU shows is skipped without one; --on-gpu runs those and the ones whose
+CUDA rows answer too. The exit status is the number of mistakes
 not named.
 """
 
@@ -21,47 +23,48 @@ import tempfile
 
 from solved import solved_copy
 
-# (mistake, file, the key's text, the mistake's text, where it must show, words it must say, needs a GPU)
-# "where" is a row of test_op.py, "any row" (the first row to fail), or "import". A
-# mistake of several edits gives lists of texts.
+# (mistake, file, the key's text, the mistake's text, where it must show, words it must say, where it
+# runs). "where" is a row of test_op.py, "any row" (the first row to fail), or "import". A mistake of
+# several edits gives lists of texts. It runs on "cpu" (every machine, CI), "gpu" (a GPU shows it), or
+# "both": everywhere, and again with --on-gpu, where the CUDA rows answer it too.
 MISTAKES = [
     ("no backward registered", "op.py",
      '''    torch.library.register_autograd("day87::wmma_mm_bias", _backward_bias,
                                     setup_context=_setup_context_bias, lib=library)
-''', "", "6 exercise: gradient", ["no backward is registered", "register_autograd", "op.py's _register"], False),
+''', "", "6 exercise: gradient", ["no backward is registered", "register_autograd", "op.py's _register"], "both"),
     ("no fake registered", "op.py",
      '''    torch.library.register_fake("day87::wmma_mm_bias", _fake_bias, lib=library)
-''', "", "6 exercise: fake", ["no fake implementation is registered", "register_fake"], False),
+''', "", "6 exercise: fake", ["no fake implementation is registered", "register_fake"], "cpu"),
     ("the fake returns the input's dtype", "op.py",
      '''        f"got bias: {_described(bias)}"))
     return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))''',
      '''        f"got bias: {_described(bias)}"))
     return a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype)''',
-     "6 exercise: fake", ["torch.float16", "accumulate_dtype(a.dtype), not the input's"], False),
+     "6 exercise: fake", ["torch.float16", "accumulate_dtype(a.dtype), not the input's"], "both"),
     ("setup_context saves the bias instead of a and b", "op.py",
      "    _setup_context(ctx, inputs[:2], output)", "    ctx.save_for_backward(inputs[2])",
-     "6 exercise: gradient", ["not enough values to unpack", "op.py:", "setup_context saves"], False),
+     "6 exercise: gradient", ["not enough values to unpack", "op.py:", "setup_context saves"], "cpu"),
     ("setup_context saves b, a", "op.py",
      "    _setup_context(ctx, inputs[:2], output)", "    ctx.save_for_backward(inputs[1], inputs[0])",
-     "6 exercise: gradient", ["op.py:", "in the same order"], False),
+     "6 exercise: gradient", ["op.py:", "in the same order"], "cpu"),
     ("grad_bias summed over the wrong axis", "op.py",
      "grad_bias = grad.sum(0) if", "grad_bias = grad.sum(1) if",
-     "6 exercise: gradient", ["Jacobian entries wrong", "/d bias["], False),
+     "6 exercise: gradient", ["Jacobian entries wrong", "/d bias["], "cpu"),
     ("grad_bias a mean, not a sum", "op.py",
      "grad_bias = grad.sum(0) if", "grad_bias = grad.mean(0) if",
-     "6 exercise: gradient", ["bias:", "Jacobian entries wrong"], False),
+     "6 exercise: gradient", ["bias:", "Jacobian entries wrong"], "cpu"),
     ("no grad_bias returned", "op.py",
      "grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None", "grad_bias = None",
-     "6 exercise: gradient", ["bias:", "Jacobian entries wrong"], False),
+     "6 exercise: gradient", ["bias:", "Jacobian entries wrong"], "cpu"),
     ("the impl's name misspelt", "binding.cpp",
      'm.impl("wmma_mm_bias", &wmmaMmBiasCpu);', 'm.impl("wmma_mm_bais", &wmmaMmBiasCpu);',
-     "6 exercise: forward", ["no CPU implementation", "wmma_mm_bais", "binding.cpp"], False),
+     "6 exercise: forward", ["no CPU implementation", "wmma_mm_bais", "binding.cpp"], "cpu"),
     ("no CPU implementation", "binding.cpp",
      '''    m.impl("wmma_mm_bias", &wmmaMmBiasCpu);
-''', "", "6 exercise: forward", ["no CPU implementation", "TORCH_LIBRARY_IMPL(day87, CPU, m)"], False),
+''', "", "6 exercise: forward", ["no CPU implementation", "TORCH_LIBRARY_IMPL(day87, CPU, m)"], "cpu"),
     ("the bias broadcast along rows (CPU)", "binding.cpp",
      "return at::addmm(bias, a, b);", "return at::addmm(bias.unsqueeze(1), a, b);",
-     "6 exercise: forward", ["3x4x5: the forward raised"], False),
+     "6 exercise: forward", ["3x4x5: the forward raised"], "cpu"),
     ("launchWmmaGemm changed in kernel.cu only", "binding.cpp",
      # binding.cpp's declaration and call as before the exercise, kernel.cu's definition changed
      ['''cudaError_t launchWmmaGemm(const __half* a, const __half* b, const float* bias, float* c,
@@ -70,21 +73,21 @@ MISTAKES = [
      ['''cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
                            size_t k, float* workspace, cudaStream_t stream);''',
       "b.const_data_ptr<at::Half>()), c.mutable_data_ptr<float>(),"],
-     "import", ["nothing defines launchWmmaGemm(", "binding.cpp's declaration of launchWmmaGemm"], False),
+     "import", ["nothing defines launchWmmaGemm(", "binding.cpp's declaration of launchWmmaGemm"], "cpu"),
     ("a compile error in kernel.cu", "kernel.cu",
      "value.x + operands.bias[col],", "value.x + operands.bias[column],",
-     "import", ["Its first error:", "kernel.cu:", "column"], False),
+     "import", ["Its first error:", "kernel.cu:", "column"], "cpu"),
     # A GPU shows these.
     ("the bias added with no null check", "kernel.cu",
      "    if (operands.bias)  // bias[j] is added to every row of column j, once\n        value =",
-     "    value =", "any row", ["illegal memory access", "wmma_mm passes no bias (nullptr)"], True),
+     "    value =", "any row", ["illegal memory access", "wmma_mm passes no bias (nullptr)"], "gpu"),
     ("the bias indexed by row in storeOutputs", "kernel.cu",
      "value.x + operands.bias[col], value.y + operands.bias[col + 1],",
      "value.x + operands.bias[row], value.y + operands.bias[row], ",
-     "6 exercise: cuda forward", ["of the bound"], True),
+     "6 exercise: cuda forward", ["of the bound"], "gpu"),
     ("no CUDA implementation", "binding.cpp",
      '''    m.impl("wmma_mm_bias", &wmmaMmBiasCuda);
-''', "", "6 exercise: cuda forward", ["no CUDA implementation", "TORCH_LIBRARY_IMPL(day87, CUDA, m)"], True),
+''', "", "6 exercise: cuda forward", ["no CUDA implementation", "TORCH_LIBRARY_IMPL(day87, CUDA, m)"], "gpu"),
 ]
 
 
@@ -133,6 +136,10 @@ def try_mistake(copy, cache, mistake):
             told = row_text(run.stdout, where)
             named = told is not None and all(word in told for word in words)
             told = told or f"row '{where}' did not fail; the run ended: {run.stdout.strip()[-300:]}"
+            # The exercise's other rows that failed too (on a GPU, its CUDA rows).
+            also = [line.split(" FAIL, ", 1) for line in run.stdout.splitlines()
+                    if line.startswith("6 exercise") and " FAIL, " in line and not line.startswith(where)]
+            told += "".join(f"\nalso row '{row.split('  ')[0]}': {detail}" for row, detail in also)
         return named, told
     finally:
         with open(path, "w") as source:
@@ -141,22 +148,22 @@ def try_mistake(copy, cache, mistake):
 
 def main():
     if sys.argv[1:] == ["--list"]:
-        for name, file, _, _, where, words, gpu in MISTAKES:
-            print(f"{name} ({file}{', GPU' if gpu else ''}): {where} must say {words}")
+        for name, file, _, _, where, words, runs_on in MISTAKES:
+            print(f"{name} ({file}, {runs_on}): {where} must say {words}")
         return
     import torch  # after --list, which needs no torch
 
-    have_gpu, gpu_only = torch.cuda.is_available(), sys.argv[1:] == ["--gpu-only"]
+    have_gpu, on_gpu = torch.cuda.is_available(), sys.argv[1:] == ["--on-gpu"]
     unnamed = 0
     with tempfile.TemporaryDirectory(prefix="day87-mistakes-") as scratch:
         copy, cache = os.path.join(scratch, "solved"), os.path.join(scratch, "cache")
         print(f"student_mistakes: each mistake laid over {solved_copy(copy, from_key=True)}, one at a time\n")
         print(f"{'mistake':<50}{'verdict':<12}what the student is told")
         for mistake in MISTAKES:
-            name, needs_gpu = mistake[0], mistake[-1]
-            if gpu_only and not needs_gpu:
+            name, runs_on = mistake[0], mistake[-1]
+            if on_gpu and runs_on == "cpu":
                 continue
-            if needs_gpu and not have_gpu:
+            if runs_on == "gpu" and not have_gpu:
                 print(f"{name:<50}{'skip':<12}a GPU shows this one, and none is visible")
                 continue
             named, told = try_mistake(copy, cache, mistake)
