@@ -225,7 +225,7 @@ def print_grid(grid, devices):
 
 def svg(grid, devices, title):
     """The lesson's three bands (and band 0) as boxes marked pass or fail, per device."""
-    width, row_height, box = 900, 96, 170
+    width, row_height, box, left = 1040, 96, 200, 390
     colors = {"pass": "#2e7d32", "fail": "#c62828", "fallback": "#ef6c00"}
     shown = [(band, what) for band, what in BANDS.items() if devices_of(band, devices)]
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{60 + row_height * len(shown)}" '
@@ -237,7 +237,7 @@ def svg(grid, devices, title):
         parts.append(f'<text x="16" y="{y + 30}" font-weight="bold">band {band}: c = wmma_mm(a, b)</text>')
         parts.append(f'<text x="16" y="{y + 52}">{_escape(what)}</text>')
         for column, call in enumerate(("eager", "backward", "compile")):
-            x = 340 + column * (box + 12)
+            x = left + column * (box + 12)
             label = {"eager": "eager call", "backward": ".backward()", "compile": "torch.compile"}[call]
             parts.append(f'<text x="{x}" y="{y + 18}" font-weight="bold">{label}</text>')
             for line, device in enumerate(devices_of(band, devices)):
