@@ -5,6 +5,12 @@
 // Build and run (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_75 -o gate gate.cu && ./gate
 //
+// The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds about
+// 100 us (200,000 SM cycles) before it writes its partial sums, and the workspace
+// starts as NaN as always, so a split-K reduction that reads before it waits for the
+// multiply reads NaN on every split shape, not only where the multiply is slow:
+//   nvcc -O3 -arch=sm_90 -DDAY87_ORDERING_BUILD -o gate_ordering gate.cu && ./gate_ordering
+//
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch or
 // on any CUDA error. Exiting is right here, in a program of its own; the
 // extension never uses CUDA_CHECK, because an operator must raise, not exit.
@@ -14,6 +20,15 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+
+#ifdef DAY87_ORDERING_BUILD
+#include <cuda_runtime.h>
+__device__ void holdPartialSums() {
+    const long long start = clock64();
+    while (clock64() - start < 200000) __nanosleep(1000);
+}
+#define DAY87_HOLD_PARTIAL_SUMS() holdPartialSums()
+#endif
 
 #include "kernel.cu"
 
@@ -81,6 +96,8 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     CUDA_CHECK(cudaMalloc(&device_b, b.size() * sizeof(half)));
     CUDA_CHECK(cudaMalloc(&device_c, static_cast<size_t>(m) * n * sizeof(float)));
     if (workspace_bytes) CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    // And the workspace: a partial sum read before it was written is NaN.
+    if (workspace_bytes) CUDA_CHECK(cudaMemset(workspace, 0xFF, workspace_bytes));
     CUDA_CHECK(cudaMemcpy(device_a, a.data(), a.size() * sizeof(half), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(device_b, b.data(), b.size() * sizeof(half), cudaMemcpyHostToDevice));
     // Poison C with NaN bytes (0xFF): an element the kernel never writes fails.
@@ -142,8 +159,13 @@ int main() {
     cudaDeviceProp properties;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-    printf("gate: %s, sm_%d%d, %d SMs\n", properties.name, properties.major, properties.minor,
-           properties.multiProcessorCount);
+#ifdef DAY87_ORDERING_BUILD
+    const char* build = ", ordering build (splits hold before writing)";
+#else
+    const char* build = "";
+#endif
+    printf("gate: %s, sm_%d%d, %d SMs%s\n", properties.name, properties.major, properties.minor,
+           properties.multiProcessorCount, build);
     std::mt19937 generator(87);
     bool all_pass = true;
     all_pass &= checkPlan<SquarePlan>("SquarePlan", generator);

@@ -187,6 +187,14 @@ __device__ __forceinline__ void waitForPrerequisites() {
 #endif
 }
 
+// Whether a dependent waits is not left to timing: gate.cu's ordering build defines
+// this to hold every split a while before it writes its partial sums, so that a
+// reduction reading them before its wait reads the workspace's poison on every shape.
+// Everywhere else it is nothing.
+#ifndef DAY87_HOLD_PARTIAL_SUMS
+#define DAY87_HOLD_PARTIAL_SUMS()
+#endif
+
 // Copy one stage: the BlockM x BlockK slice of A and the BlockK x BlockN slice of B
 // that start at k_start. Consecutive threads take consecutive 16-byte pieces of a
 // row, so every warp reads whole runs of a row. A stage that sticks out past K (the
@@ -351,6 +359,7 @@ __global__ void __launch_bounds__(Plan::kThreads)
     // 256-byte rows per instruction with 16-byte stores instead.
     waitForCopies<0>();
     __syncthreads();  // every warp is done reading the pipeline's shared memory
+    if (partials != nullptr) DAY87_HOLD_PARTIAL_SUMS();
     float* staging = reinterpret_cast<float*>(shared_bytes) + warp * Plan::kEpilogueFloatsPerWarp;
     const int lane = threadIdx.x % 32;
     const size_t first_c_row = static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * Plan::kWarpM;
@@ -595,20 +604,48 @@ __device__ float blockLargest(float value) {
     return value;
 }
 
-// Rows are walked block by block and columns thread by thread: coalesced for a
-// row-major grad, and correct for any strides (autograd can hand over an expanded
-// gradient: c.sum().backward() gives one with strides 0, 0).
+// A grad that is row-major and whole (what autograd hands over for a plain loss) is
+// read as one run of 16-byte float4s, each thread a float4 at a time across the whole
+// grid: the loads are as wide as they come, and every warp reads 512 contiguous bytes.
+// Any other strides are walked rows by block and columns by thread, element by
+// element: coalesced for a row-major view, and right for any strides (autograd can
+// hand over an expanded gradient: c.sum().backward() gives one with strides 0, 0).
 struct StridedMatrix {
     const float* data;
     int64_t rows, cols, row_stride, col_stride;
+    bool dense;  // row-major, whole, 16-byte aligned: read as float4s
 };
+
+// Four floats into four halves, each rounded once, written with one 8-byte store.
+__device__ __forceinline__ void storeFourHalves(half* out, float4 value) {
+    union {
+        __half2 pairs[2];
+        uint2 bits;
+    } packed;
+    packed.pairs[0] = __floats2half2_rn(value.x, value.y);
+    packed.pairs[1] = __floats2half2_rn(value.z, value.w);
+    *reinterpret_cast<uint2*>(out) = packed.bits;
+}
 
 __global__ void __launch_bounds__(kHelperThreads)
     largestMagnitudeKernel(StridedMatrix grad, float* block_largest) {
     float largest = 0.0f;
-    for (int64_t row = blockIdx.x; row < grad.rows; row += gridDim.x)
-        for (int64_t col = threadIdx.x; col < grad.cols; col += blockDim.x)
-            largest = fmaxf(largest, fabsf(grad.data[row * grad.row_stride + col * grad.col_stride]));
+    if (grad.dense) {
+        const int64_t count = grad.rows * grad.cols, vectors = count / 4;
+        const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+        const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+#pragma unroll 4
+        for (int64_t i = first; i < vectors; i += step) {
+            const float4 v = reinterpret_cast<const float4*>(grad.data)[i];
+            largest = fmaxf(largest, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+        for (int64_t i = 4 * vectors + first; i < count; i += step)  // the last count % 4
+            largest = fmaxf(largest, fabsf(grad.data[i]));
+    } else {
+        for (int64_t row = blockIdx.x; row < grad.rows; row += gridDim.x)
+            for (int64_t col = threadIdx.x; col < grad.cols; col += blockDim.x)
+                largest = fmaxf(largest, fabsf(grad.data[row * grad.row_stride + col * grad.col_stride]));
+    }
     largest = blockLargest(largest);
     if (threadIdx.x == 0) block_largest[blockIdx.x] = largest;
 }
@@ -628,26 +665,46 @@ __global__ void __launch_bounds__(kHelperThreads)
     const int biased = min(max(142 - exponent, 1), 253);
     const float scale = __int_as_float(biased << 23);
     if (blockIdx.x == 0 && threadIdx.x == 0) *unscale = __int_as_float((254 - biased) << 23);
+    if (grad.dense) {  // `scaled` is binding.cpp's fresh allocation: 16-byte aligned
+        const int64_t count = grad.rows * grad.cols, vectors = count / 4;
+        const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+        const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+#pragma unroll 4
+        for (int64_t i = first; i < vectors; i += step) {
+            const float4 v = reinterpret_cast<const float4*>(grad.data)[i];
+            storeFourHalves(scaled + 4 * i, make_float4(v.x * scale, v.y * scale, v.z * scale, v.w * scale));
+        }
+        for (int64_t i = 4 * vectors + first; i < count; i += step)
+            scaled[i] = __float2half_rn(grad.data[i] * scale);
+        return;
+    }
     for (int64_t row = blockIdx.x; row < grad.rows; row += gridDim.x)
         for (int64_t col = threadIdx.x; col < grad.cols; col += blockDim.x)
             scaled[row * grad.cols + col] = __float2half_rn(
                 grad.data[row * grad.row_stride + col * grad.col_stride] * scale);
 }
 
-// Both products in one launch: elements [0, first_count) come from `first`, the rest
-// from `second`. Each is multiplied by *unscale in FP32 and rounded once to FP16.
+// One product: out = in * factor, rounded once to FP16, as float4s and then the last
+// count % 4 one by one. Both come from binding.cpp's fresh allocations: 16-byte aligned.
+__device__ __forceinline__ void unscaleRun(const float* in, half* out, int64_t count, float factor) {
+    const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+    const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x, vectors = count / 4;
+#pragma unroll 4
+    for (int64_t i = first; i < vectors; i += step) {
+        const float4 v = reinterpret_cast<const float4*>(in)[i];
+        storeFourHalves(out + 4 * i, make_float4(v.x * factor, v.y * factor, v.z * factor, v.w * factor));
+    }
+    for (int64_t i = 4 * vectors + first; i < count; i += step) out[i] = __float2half_rn(in[i] * factor);
+}
+
+// Both products in one launch, each multiplied by *unscale in FP32 and rounded once.
 __global__ void __launch_bounds__(kHelperThreads)
     unscaleToHalfKernel(const float* first, half* first_out, int64_t first_count,
                         const float* second, half* second_out, int64_t second_count,
                         const float* unscale) {
     const float factor = *unscale;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-         i < first_count + second_count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        if (i < first_count)
-            first_out[i] = __float2half_rn(first[i] * factor);
-        else
-            second_out[i - first_count] = __float2half_rn(second[i - first_count] * factor);
-    }
+    unscaleRun(first, first_out, first_count, factor);
+    unscaleRun(second, second_out, second_count, factor);
 }
 
 // Kernels (1) and (2): grad (rows x cols, any strides) into `scaled` (row-major FP16)
@@ -656,7 +713,8 @@ __global__ void __launch_bounds__(kHelperThreads)
 cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
                               int64_t col_stride, half* scaled, float* unscale, float* workspace,
                               cudaStream_t stream) {
-    const StridedMatrix matrix{grad, rows, cols, row_stride, col_stride};
+    const bool dense = col_stride == 1 && row_stride == cols && reinterpret_cast<std::uintptr_t>(grad) % 16 == 0;
+    const StridedMatrix matrix{grad, rows, cols, row_stride, col_stride, dense};
     const int blocks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(rows, 1), kMaxHelperBlocks));
     largestMagnitudeKernel<<<blocks, kHelperThreads, 0, stream>>>(matrix, workspace);
     scaleToHalfKernel<<<blocks, kHelperThreads, 0, stream>>>(matrix, workspace, blocks, scaled,

@@ -356,20 +356,27 @@ def check_compile(mm, device):
 
 
 def check_backward_accuracy(mm):
-    """grad_a and grad_b from FP32 gradients of two kinds against float64, within
+    """grad_a and grad_b from FP32 gradients of several kinds against float64, within
     error_ratio's bound for an FP16-rounded, power-of-two-scaled grad, and no worse
     than the fp16 autocast path (grad cast to FP16 as it is). Small gradients
     first: a backward that keeps the scale of an earlier call overflows on the
-    randn ones. Failure mode: grad cast to FP16 unscaled loses values under 6e-5."""
+    randn ones. Failure modes: grad cast to FP16 unscaled loses values under 6e-5;
+    a scale derived from the signed maximum overflows on gradients that are all
+    negative; a largest-magnitude pass that misses the first element, or the last
+    block's rows, overflows where the largest value sits there."""
     require_gpu()
     m, k, n = 256, 384, 512
     report = []
-    for regime in ("1e-7..1e-5", "randn"):
+    for regime in ("1e-7..1e-5", "randn", "all positive", "all negative", "largest first", "largest last"):
         a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
         b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
         grad = torch.randn(m, n, device="cuda")
-        if regime != "randn":
+        if regime == "1e-7..1e-5":
             grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
+        elif regime.startswith("all"):
+            grad = grad.abs() * (1 if regime == "all positive" else -1)
+        elif regime.startswith("largest"):  # 64 times the rest, in the first or the last element
+            grad.view(-1)[0 if regime == "largest first" else -1] = 64 * grad.abs().max()
         mm(a, b).backward(grad)
         worst = max(error_ratio(a.grad, grad, b.t(), rounded_left=True),
                     error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
@@ -377,7 +384,8 @@ def check_backward_accuracy(mm):
         reference = grad.double() @ b.double().t()
         error, fp16_error = ((g.double() - reference).norm() / reference.norm() for g in (a.grad, grad.half() @ b.t()))
         require(error <= 1.02 * fp16_error, f"{regime}: relative error {error:.2e}, fp16 path {fp16_error:.2e}")
-        report.append(f"{regime}: {100 * worst:.1f}% of bound, {error:.1e} (fp16 path {fp16_error:.1e})")
+        report.append(f"{regime}: {100 * worst:.1f}%" + (f" of bound, {error:.1e} (fp16 path {fp16_error:.1e})"
+                                                          if len(report) < 2 else ""))
     return "; ".join(report)
 
 
@@ -800,7 +808,7 @@ def lesson_rows():
         ("10 profiler", "day87::wmma_mm with its kernel under it", lambda: check_profiler(mm)),
         ("11 no host sync", "fwd+bwd return with the GPU still busy", lambda: check_no_host_sync(mm)),
         ("12 device guard", "call on cuda:1 from current device 0", lambda: check_device_guard(mm)),
-        ("13 backward accuracy", "grads from 1e-7..1e-5 and randn vs float64", lambda: check_backward_accuracy(mm)),
+        ("13 backward accuracy", "grads: tiny, randn, one sign, largest at an end", lambda: check_backward_accuracy(mm)),
         ("14 double backward, cpu f64", "gradgradcheck: second derivatives", lambda: check_double_backward(mm, "cpu")),
         ("14 double backward, cuda f16", "grad of a function of the grads vs float64",
          lambda: check_double_backward(mm, "cuda")),

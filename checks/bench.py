@@ -2,6 +2,7 @@
 
     python checks/bench.py                 # every table below (needs a GPU)
     python checks/bench.py --forward       # tables 1 to 3 alone
+    python checks/bench.py --backward      # table 4a alone
     python checks/bench.py --day88         # table 6 alone (in a folder whose exercise is solved)
     python checks/bench.py --build-times   # cold build and warm import, in fresh processes
 
@@ -19,7 +20,9 @@ The tables, in order:
    nothing. For each: wall time per step (steps back to back), host time per step
    (the Python call alone, GPU idle before it) and GPU time per step (the step
    captured in a CUDA graph and replayed), and the kernels the backward launches.
-   Then where the op's host time goes: each call of a step timed alone.
+   Then (4a) the backward alone, its kernels' GPU time beside the fp16 path's, split
+   into the two products and kernel.cu's three scaling passes; and where the op's
+   host time goes: each call of a step timed alone.
 5. The same steps under torch.compile(mode="reduce-overhead"), operands marked
    static (no input copies), timed after the warm-up steps that record the graphs.
 6. Day 88's question, where the exercise is solved: the fused wmma_mm_bias against
@@ -229,6 +232,49 @@ def backward_kernels(forward, x, w, grad):
     return sum(1 for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA)
 
 
+HELPER_KERNELS = {"largestMagnitudeKernel": "largest |grad|", "scaleToHalfKernel": "scale and cast",
+                  "unscaleToHalfKernel": "unscale"}
+
+
+def backward_kernel_microseconds(forward, x, w, grad, repeats=7):
+    """{part: GPU microseconds} of one eager backward's kernels (profiler), median of
+    `repeats` backwards; the parts are kernel.cu's helpers by name, the rest products."""
+    from torch.profiler import ProfilerActivity, profile
+    samples = []
+    for _ in range(repeats + 1):  # the first is a warm-up
+        out = forward(x, w)
+        torch.cuda.synchronize()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+                torch.autograd.grad(out, (x, w), grad)
+                torch.cuda.synchronize()
+        parts = dict.fromkeys(["products", *HELPER_KERNELS.values()], 0.0)
+        for event in profiler.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                part = next((label for name, label in HELPER_KERNELS.items() if name in event.name), "products")
+                parts[part] += getattr(event, "device_time", None) or event.cuda_time
+        samples.append(parts)
+    return {part: statistics.median(sample[part] for sample in samples[1:]) for part in samples[0]}
+
+
+def backward_table():
+    print("4a. the backward alone: its kernels' GPU time (profiler, median of 7 backwards), microseconds;")
+    print("    the fp16 path is x @ w with an fp16 grad, in the same run")
+    parts = ["products", *HELPER_KERNELS.values()]
+    print(f"{'M x K x N':<18}{'op':>9}{'fp16':>9}{'ratio':>7}" + "".join(f"{part:>16}" for part in parts))
+    for m, k, n in STEP_SIZES[1:]:
+        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
+        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
+        grad = torch.randn(m, n, device="cuda")
+        ours = backward_kernel_microseconds(op.wmma_mm, x, w, grad)
+        theirs = sum(backward_kernel_microseconds(torch.mm, x, w, grad.half()).values())
+        total = sum(ours.values())
+        print(f"{f'{m}x{k}x{n}':<18}{total:>9.1f}{theirs:>9.1f}{total / theirs:>7.2f}"
+              + "".join(f"{ours[part]:>16.1f}" for part in parts), flush=True)
+    print()
+
+
 def host_alone(call, repeats=50):
     """Median host microseconds of one call, the GPU idle before each."""
     call()
@@ -287,6 +333,7 @@ def training_step_tables():
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>30}" for cell in cells) + f"{ratio:>24}", flush=True)
         compiled_rows.append((m, k, n, x, w, grads))
     print()
+    backward_table()
     host_breakdown()
     compiled_step_table(variants, compiled_rows)
 
@@ -427,6 +474,9 @@ def main():
         base, base_name = baseline()
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
         forward_tables(base, base_name)
+    elif sys.argv[1:] == ["--backward"] and torch.cuda.is_available():
+        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+        backward_table()
     elif sys.argv[1:] == ["--day88"] and torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
         day88_table(baseline()[0])

@@ -5,10 +5,10 @@
 Each planted bug is a text edit of kernel.cu, made on a solved copy of the lesson
 (checks/solved.py: the answer key applied, or the folder's own solution where the
 exercise is solved, so that there is a bias to apply twice), and compiled into
-gate.cu for this machine's card. The gate must pass on the copy as it is and fail
-on every bug it reaches (on a card older than sm_90 it does not reach a bug in the
-early launch); the exit status is the number of verdicts that were not the expected
-one. The builds run side by side.
+gate.cu for this machine's card, in its plain and its ordering build. Each gate must
+pass on the copy as it is and fail on every bug it reaches (on a card older than
+sm_90 it does not reach a bug in the early launch); the exit status is the number of
+verdicts that were not the expected one. The builds run side by side.
 """
 
 import os
@@ -45,6 +45,13 @@ BUGS = {
 }
 
 
+# Each bug goes into both of gate.cu's builds: the plain one, and the ordering build,
+# in which every split holds before it writes its partial sums (gate.cu says how), so
+# that a missing wait is caught on every split shape rather than only where the
+# multiply happens to be slow.
+GATES = {"gate": [], "gate_ordering": ["-DDAY87_ORDERING_BUILD"]}
+
+
 def main():
     major, minor = torch.cuda.get_device_capability()
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
@@ -66,16 +73,17 @@ def main():
                 text = text.replace(old, new)
             with open(os.path.join(folder, "kernel.cu"), "w") as file:
                 file.write(text)
-            builds[name] = (folder, subprocess.Popen(
-                [nvcc, "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", "-o", "gate",
-                 "gate.cu"], cwd=folder))
+            for gate_name, flags in GATES.items():
+                builds[name, gate_name] = (folder, subprocess.Popen(
+                    [nvcc, "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", *flags,
+                     "-o", gate_name, "gate.cu"], cwd=folder))
         unexpected = 0
-        for name, (folder, build) in builds.items():
+        for (name, gate_name), (folder, build) in builds.items():
             if build.wait() != 0:
-                print(f"{name}: the gate did not build")
+                print(f"{name}: the {gate_name} did not build")
                 unexpected += 1
                 continue
-            gate = subprocess.run(["./gate"], cwd=folder, capture_output=True, text=True)
+            gate = subprocess.run([f"./{gate_name}"], cwd=folder, capture_output=True, text=True)
             failed = [line for line in gate.stdout.splitlines() if "FAIL" in line]
             reached = not name.startswith("sm_90:") or major >= 9
             expected_to_fail = bool(BUGS[name]) and reached
@@ -83,7 +91,7 @@ def main():
                 "NOT AS EXPECTED" if gate.returncode or expected_to_fail else
                 "passes, as it should" if reached else "passes: below sm_90 it is not reached")
             unexpected += verdict == "NOT AS EXPECTED"
-            print(f"{name:<50} gate exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
+            print(f"{name:<50} {gate_name:<13} exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
                   + (f", e.g. {failed[0].strip()}" if failed else ""))
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)

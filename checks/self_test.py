@@ -39,6 +39,9 @@ def wrong_variants():
     library.define("unscaled(Tensor a, Tensor b) -> Tensor")
     library.define("synchronizing_backward(Tensor a, Tensor b) -> Tensor")
     library.define("undifferentiable_backward(Tensor a, Tensor b) -> Tensor")
+    library.define("signed_maximum(Tensor a, Tensor b) -> Tensor")
+    library.define("misses_first_element(Tensor a, Tensor b) -> Tensor")
+    library.define("misses_last_block(Tensor a, Tensor b) -> Tensor")
     def opaque_kernel(a, b):
         # Like a C++ kernel, invisible to autograd: without no_grad, autograd
         # would record the inner wmma_mm call and differentiate through it.
@@ -46,7 +49,8 @@ def wrong_variants():
             return torch.ops.day87.wmma_mm(a, b)
 
     for name in ("no_fake", "no_autograd", "swapped_saves", "bare_fake", "syncing_backward", "stale_scale", "unscaled",
-                 "synchronizing_backward", "undifferentiable_backward"):
+                 "synchronizing_backward", "undifferentiable_backward", "signed_maximum", "misses_first_element",
+                 "misses_last_block"):
         for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
             library.impl(name, opaque_kernel, device)
     # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler cannot trace.
@@ -94,6 +98,19 @@ def wrong_variants():
     def unscaled_backward(ctx, grad):  # what autocast does: grad cast to FP16 as it is
         return products(ctx, grad.half(), 1.0)
 
+    def scaled_from(largest, ctx, grad):  # kernel.cu's power of two, from a largest value found wrongly
+        scale = torch.exp2((15 - torch.frexp(largest).exponent).float())
+        return products(ctx, (grad * scale).half(), scale)
+
+    def signed_maximum_backward(ctx, grad):  # max(grad) where max|grad| is meant
+        return scaled_from(grad.amax().clamp_min(0), ctx, grad)
+
+    def misses_first_element_backward(ctx, grad):  # the largest-magnitude pass starts one element late
+        return scaled_from(grad.reshape(-1)[1:].abs().amax(), ctx, grad)
+
+    def misses_last_block_backward(ctx, grad):  # the pass leaves out the last block's row
+        return scaled_from(grad[:-1].abs().amax(), ctx, grad)
+
     def synchronizing_backward(ctx, grad):  # "to see errors where they happen"
         torch.cuda.synchronize()
         return op._backward(ctx, grad)
@@ -104,7 +121,10 @@ def wrong_variants():
 
     for name, backward in (("syncing_backward", syncing_backward), ("stale_scale", stale_scale_backward),
                            ("unscaled", unscaled_backward), ("synchronizing_backward", synchronizing_backward),
-                           ("undifferentiable_backward", undifferentiable_backward)):
+                           ("undifferentiable_backward", undifferentiable_backward),
+                           ("signed_maximum", signed_maximum_backward),
+                           ("misses_first_element", misses_first_element_backward),
+                           ("misses_last_block", misses_last_block_backward)):
         torch.library.register_fake(f"day87_wrong::{name}", op._fake, lib=library)
         torch.library.register_autograd(f"day87_wrong::{name}", backward,
                                         setup_context=op._setup_context, lib=library)
@@ -143,6 +163,9 @@ def wrong_variants():
         "backward computes its scale on the host": torch.ops.day87_wrong.syncing_backward,
         "backward keeps its first scale": torch.ops.day87_wrong.stale_scale,
         "backward casts grad to FP16 unscaled": torch.ops.day87_wrong.unscaled,
+        "scale from the signed maximum": torch.ops.day87_wrong.signed_maximum,
+        "scale misses the first element": torch.ops.day87_wrong.misses_first_element,
+        "scale misses the last block": torch.ops.day87_wrong.misses_last_block,
         "launches on the default stream": on_default_stream,
         "reads the output back (sync)": checks_for_nan,
         "forward calls torch.cuda.synchronize()": synchronizing_forward,
@@ -174,6 +197,9 @@ def prove_rows():
         ("11 no host sync", test_op.check_no_host_sync, "backward calls torch.cuda.synchronize()"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "backward keeps its first scale"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "backward casts grad to FP16 unscaled"),
+        ("13 backward accuracy", test_op.check_backward_accuracy, "scale from the signed maximum"),
+        ("13 backward accuracy", test_op.check_backward_accuracy, "scale misses the first element"),
+        ("13 backward accuracy", test_op.check_backward_accuracy, "scale misses the last block"),
         ("14 double backward, cpu f64", lambda mm: test_op.check_double_backward(mm, "cpu"),
          "backward under torch.no_grad()"),
         ("14 double backward, cuda f16", lambda mm: test_op.check_double_backward(mm, "cuda"),
