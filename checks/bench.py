@@ -33,6 +33,7 @@ The tables, in order:
 import contextlib
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -252,7 +253,8 @@ def backward_kernel_microseconds(forward, x, w, grad, repeats=7):
         parts = dict.fromkeys(["products", *HELPER_KERNELS.values()], 0.0)
         for event in profiler.events():
             if event.device_type == torch.autograd.DeviceType.CUDA:
-                part = next((label for name, label in HELPER_KERNELS.items() if name in event.name), "products")
+                kernel = re.match(r"(?:void )?(\w+)", event.name).group(1)  # unscale... contains scale...
+                part = HELPER_KERNELS.get(kernel, "products")
                 parts[part] += getattr(event, "device_time", None) or event.cuda_time
         samples.append(parts)
     return {part: statistics.median(sample[part] for sample in samples[1:]) for part in samples[0]}

@@ -2,7 +2,7 @@
 # gpu_check.sh: every GPU-side check of the lesson, on one machine, in parts that
 # each fit one 10-minute call of a lent GPU.
 #
-#   bash checks/gpu_check.sh lesson OUT   # gate, harness with and without the GPU,
+#   bash checks/gpu_check.sh lesson OUT   # gate (and its ordering build), harness with and without the GPU,
 #                                         # self-test, ncu, fuzz, the registration
 #                                         # bands (OUT/bands.svg), which plan ran
 #   bash checks/gpu_check.sh bench OUT    # bench.py, and its day 88 table with the
@@ -64,6 +64,10 @@ if [ "$part" = lesson ]; then
     arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
     step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" -o "$out/gate" gate.cu
     step gate "$out/gate"
+    # The ordering build: every split holds before writing its partial sums (gate.cu).
+    step gate-ordering-build nvcc -O3 -gencode "arch=compute_$arch,code=sm_$arch" -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" gate.cu
+    step gate-ordering "$out/gate_ordering"
     step harness python3 test_op.py
     step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
     step self-test python3 checks/self_test.py
@@ -197,6 +201,6 @@ print("driver: forward and backward done")'
     rm -rf "$out"/cache75 "$out"/cache-pip
 fi
 
-rm -f "$out/gate" "$out/gate75"
+rm -f "$out/gate" "$out/gate75" "$out/gate_ordering"
 echo "gpu_check $part: $failures step(s) failed" | tee -a "$log"
 exit "$failures"
