@@ -220,8 +220,8 @@ def step_variants(floor):
             "floor": (floor, torch.float32, contextlib.nullcontext)}
 
 
-def backward_kernels(forward, x, w, grad):
-    """How many kernels (and memsets, copies) one eager backward puts on the GPU."""
+def backward_on_the_gpu(forward, x, w, grad):
+    """The kernels (and memsets, copies) one eager backward puts on the GPU: profiler events."""
     from torch.profiler import ProfilerActivity, profile
     out = forward(x, w)
     torch.cuda.synchronize()
@@ -230,7 +230,12 @@ def backward_kernels(forward, x, w, grad):
         with profile(activities=[ProfilerActivity.CUDA]) as profiler:
             torch.autograd.grad(out, (x, w), grad)
             torch.cuda.synchronize()
-    return sum(1 for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+    return [event for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def backward_kernels(forward, x, w, grad):
+    """How many kernels (and memsets, copies) one eager backward puts on the GPU."""
+    return len(backward_on_the_gpu(forward, x, w, grad))
 
 
 HELPER_KERNELS = {"largestMagnitudeKernel": "largest |grad|", "scaleToHalfKernel": "scale and cast",
@@ -240,22 +245,13 @@ HELPER_KERNELS = {"largestMagnitudeKernel": "largest |grad|", "scaleToHalfKernel
 def backward_kernel_microseconds(forward, x, w, grad, repeats=7):
     """{part: GPU microseconds} of one eager backward's kernels (profiler), median of
     `repeats` backwards; the parts are kernel.cu's helpers by name, the rest products."""
-    from torch.profiler import ProfilerActivity, profile
     samples = []
     for _ in range(repeats + 1):  # the first is a warm-up
-        out = forward(x, w)
-        torch.cuda.synchronize()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-                torch.autograd.grad(out, (x, w), grad)
-                torch.cuda.synchronize()
         parts = dict.fromkeys(["products", *HELPER_KERNELS.values()], 0.0)
-        for event in profiler.events():
-            if event.device_type == torch.autograd.DeviceType.CUDA:
-                kernel = re.match(r"(?:void )?(\w+)", event.name).group(1)  # unscale... contains scale...
-                part = HELPER_KERNELS.get(kernel, "products")
-                parts[part] += getattr(event, "device_time", None) or event.cuda_time
+        for event in backward_on_the_gpu(forward, x, w, grad):
+            kernel = re.match(r"(?:void )?(\w+)", event.name).group(1)  # unscale... contains scale...
+            part = HELPER_KERNELS.get(kernel, "products")
+            parts[part] += getattr(event, "device_time", None) or event.cuda_time
         samples.append(parts)
     return {part: statistics.median(sample[part] for sample in samples[1:]) for part in samples[0]}
 
