@@ -406,7 +406,10 @@ def _explain_undefined_symbol(symbol):
     demangled = symbol
     if shutil.which("c++filt"):  # binutils, beside the compiler that built the library
         demangled = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
-    function = re.match(r"[\w:]+", demangled).group(0).split("::")[-1]
+    # A free function's mangled name is _Z, its name's length, its name: "_Z14launchWmmaGemm...".
+    mangled = re.match(r"_Z(\d+)", demangled)
+    function = (demangled[len(mangled[0]):len(mangled[0]) + int(mangled[1])] if mangled
+                else re.match(r"[\w:]+", demangled).group(0).split("::")[-1])
     naming = [name for name in ("kernel.cu", "binding.cpp") if function in _text(os.path.join(HERE, name))]
     if len(naming) < 2:  # not one of this folder's functions: another libtorch's
         return (f"undefined symbol {demangled}", (

@@ -616,8 +616,8 @@ def jacobian_mismatches(fn, inputs, names, epsilon=1e-6, limit=4):
 
 
 def where_raised(error):
-    """' (op.py:123, in _backward_bias)': the innermost line of the folder's own code
-    (op.py, binding through op.py) that the error passed through, or ''."""
+    """' (op.py:123, in _backward_bias)': the innermost line that the error passed
+    through in a file of this folder other than this one (op.py, mostly), or ''."""
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if os.path.dirname(os.path.abspath(frame.filename)) == os.path.dirname(os.path.abspath(op.__file__))
               and os.path.basename(frame.filename) != os.path.basename(__file__)]
