@@ -604,8 +604,8 @@ __device__ float blockLargest(float value) {
     return value;
 }
 
-// A grad that is row-major and whole (what autograd hands over for a plain loss) is
-// read as one run of 16-byte float4s, each thread a float4 at a time across the whole
+// A grad that is row-major and whole (the usual case: (out * target).sum() hands over
+// target itself) is read as one run of 16-byte float4s, each thread a float4 at a time across the whole
 // grid: the loads are as wide as they come, and every warp reads 512 contiguous bytes.
 // Any other strides are walked rows by block and columns by thread, element by
 // element: coalesced for a row-major view, and right for any strides (autograd can
