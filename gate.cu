@@ -5,10 +5,11 @@
 // Build and run (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_75 -o gate gate.cu && ./gate
 //
-// The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds about
-// 100 us (200,000 SM cycles) before it writes its partial sums, and the workspace
-// starts as NaN as always, so a split-K reduction that reads before it waits for the
-// multiply reads NaN on every split shape, not only where the multiply is slow:
+// The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
+// 200,000 SM cycles before it writes its partial sums (long beside the multiply
+// itself), and the workspace starts as NaN as always, so a split-K reduction that
+// reads before it waits reads NaN on every split shape, not only where the multiply
+// happens to be slow:
 //   nvcc -O3 -arch=sm_90 -DDAY87_ORDERING_BUILD -o gate_ordering gate.cu && ./gate_ordering
 //
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch or
