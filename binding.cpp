@@ -13,16 +13,19 @@
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
-#include <torch/version.h>
 
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <tuple>
 
 #ifdef DAY87_WITH_CUDA
-// c10's guard and stream headers, not ATen/cuda/CUDAContext.h: that one also pulls
-// in the cuBLAS and cuSPARSE headers, which a minimal CUDA toolkit does not ship.
+// CUDAContext.h gives PyTorch's cuBLAS handle, for the backward's products; it pulls
+// in the cuBLAS, cuSPARSE and cuSOLVER headers, which op.py finds where a minimal
+// toolkit lacks them. CUDABlas.h has the guard that puts the handle's pointer mode back.
+#include <ATen/cuda/CUDABlas.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_fp16.h>
@@ -37,11 +40,8 @@ size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k);
 extern const int kTileM, kTileN, kTileK;
 // The backward's helpers, also in kernel.cu.
 cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
-                              int64_t col_stride, __half* scaled, float* unscale, float* workspace,
-                              cudaStream_t stream);
-cudaError_t launchUnscaleToHalf(const float* first, __half* first_out, int64_t first_count,
-                                const float* second, __half* second_out, int64_t second_count,
-                                const float* unscale, cudaStream_t stream);
+                              int64_t col_stride, __half* scaled, float* alpha_and_beta,
+                              float* workspace, cudaStream_t stream);
 extern const int kMaxHelperBlocks;
 #endif
 
@@ -160,62 +160,93 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
     return c;
 }
 
+// One product of the backward, in cuBLAS's column-major terms, where a row-major
+// X is the column-major X^T: out (rows x cols, row-major) = left @ right, with
+// `left` and `right` FP16 row-major or, where `transpose_*`, the row-major matrix
+// whose transpose is meant. cuBLAS accumulates in FP32, multiplies each sum by
+// alpha and rounds it once to FP16: the unscale costs no pass of its own.
+void halfProduct(const std::string& op, const __half* left, bool transpose_left, const __half* right,
+                 bool transpose_right, __half* out, int64_t rows, int64_t cols, int64_t depth,
+                 const float* alpha_and_beta) {
+    if (rows == 0 || cols == 0) return;  // an empty product: cuBLAS would refuse its leading dimension
+    TORCH_CHECK(rows <= INT_MAX && cols <= INT_MAX && depth <= INT_MAX,
+                op + ": each size must fit cuBLAS's int; got " + text(rows) + ", " + text(cols) +
+                    " and " + text(depth));
+    // PyTorch's handle for this device and thread, already bound to the current
+    // stream and to a workspace from its caching allocator (so a CUDA graph can
+    // capture the call). It is shared: each mode changed here is put back.
+    const cublasHandle_t handle = at::cuda::getCurrentCUDABlasHandle();
+    // alpha is the scale kernel's output: read from device memory, it needs no sync.
+    const at::cuda::blas::PointerModeGuard device_scalars(handle, CUBLAS_POINTER_MODE_DEVICE);
+    cublasMath_t math_mode;
+    TORCH_CHECK(cublasGetMathMode(handle, &math_mode) == CUBLAS_STATUS_SUCCESS, op + ": cublasGetMathMode failed");
+    // Without this flag cuBLAS may add a split K's partial sums in FP16, the output's
+    // type; the products must be summed in FP32 and rounded once.
+    cublasSetMathMode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    const int m = static_cast<int>(cols), n = static_cast<int>(rows), k = static_cast<int>(depth);
+    // out^T = right^T @ left^T: cuBLAS's A is `right`, its B is `left`.
+    const cublasStatus_t status = cublasGemmEx(
+        handle, transpose_right ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N,
+        m, n, k, alpha_and_beta, right, CUDA_R_16F, transpose_right ? k : m, left, CUDA_R_16F,
+        transpose_left ? n : k, alpha_and_beta + 1, out, CUDA_R_16F, m, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT);
+    cublasSetMathMode(handle, math_mode);
+    TORCH_CHECK(status == CUBLAS_STATUS_SUCCESS,
+                op + ": cublasGemmEx failed: " + cublasGetStatusString(status));
+}
+
 // The backward's products on tensor cores: grad_a = grad @ b^T where b is given and
 // grad_b = a^T @ grad where a is given (op.py's _setup_context saves each input only
-// when its partner needs a gradient), FP16, from an FP32 grad. kernel.cu's helpers say
-// why grad is scaled by a power of two first. One dispatcher call and five kernels
-// (two scaling passes, two cuBLAS products, one unscaling pass): each op that
-// autograd's backward thread issues costs tens of microseconds of host time, and
-// the same work as twelve ATen ops made a small layer's step host-bound.
+// when its partner needs a gradient), FP16, from an FP32 grad. kernel.cu's helper says
+// why grad is scaled by a power of two first. One dispatcher call and three kernels
+// (the scaling, two cuBLAS products): each op that autograd's backward thread issues
+// costs tens of microseconds of host time, and the same work as twelve ATen ops made
+// a small layer's step host-bound.
 std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
                                                       const std::optional<at::Tensor>& a,
                                                       const std::optional<at::Tensor>& b) {
+    const std::string op = "day87::wmma_mm_backward";
     TORCH_CHECK(grad.dim() == 2 && grad.scalar_type() == at::kFloat,
-                "day87::wmma_mm_backward: grad must be a 2-D torch.float32 tensor; got " + text(grad));
+                op + ": grad must be a 2-D torch.float32 tensor; got " + text(grad));
     for (const auto* input : {&a, &b})
         TORCH_CHECK(!input->has_value() || ((*input)->scalar_type() == at::kHalf &&
-                                            (*input)->device() == grad.device()),
-                    "day87::wmma_mm_backward: a and b must be torch.float16 on grad's device; got " +
+                                            (*input)->device() == grad.device() &&
+                                            (*input)->is_contiguous()),
+                    op + ": a and b must be contiguous torch.float16 on grad's device; got " +
                         text(**input) + " and grad " + text(grad));
     TORCH_CHECK(!b.has_value() || (b->dim() == 2 && b->size(1) == grad.size(1)),
-                "day87::wmma_mm_backward: b must be K x N for an M x N grad");
+                op + ": b must be K x N for an M x N grad");
     TORCH_CHECK(!a.has_value() || (a->dim() == 2 && a->size(0) == grad.size(0)),
-                "day87::wmma_mm_backward: a must be M x K for an M x N grad");
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 8)
+                op + ": a must be M x K for an M x N grad");
     const c10::cuda::CUDAGuard guard(grad.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(grad.device().index()).stream();
-    const auto half_pointer = [](at::Tensor& t) {
-        return reinterpret_cast<__half*>(t.mutable_data_ptr<at::Half>());
-    };
-    // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
-    // safe inside a CUDA graph capture. The last float is the unscale factor.
-    at::Tensor workspace = at::empty({kMaxHelperBlocks + 1}, grad.options());
-    float* unscale = workspace.mutable_data_ptr<float>() + kMaxHelperBlocks;
-    at::Tensor scaled = at::empty(grad.sizes(), grad.options().dtype(at::kHalf));
-    cudaError_t status = launchScaleToHalf(grad.const_data_ptr<float>(), grad.size(0), grad.size(1),
-                                           grad.stride(0), grad.stride(1), half_pointer(scaled),
-                                           unscale, workspace.mutable_data_ptr<float>(), stream);
-    TORCH_CHECK(status == cudaSuccess,
-                std::string("day87::wmma_mm_backward: launch failed: ") + cudaGetErrorString(status));
-    // cuBLAS, FP16 in and FP32 out; b.t() and a.t() are views that it reads transposed.
-    const at::Tensor product_a = b.has_value() ? at::mm(scaled, b->t(), at::kFloat) : at::Tensor();
-    const at::Tensor product_b = a.has_value() ? at::mm(a->t(), scaled, at::kFloat) : at::Tensor();
+    const int64_t m = grad.size(0), n = grad.size(1);
+    const int64_t k = b.has_value() ? b->size(0) : a.has_value() ? a->size(1) : 0;
     // An undefined tensor reaches Python as None: no gradient for that input.
-    at::Tensor grad_a, grad_b;
-    if (product_a.defined()) grad_a = at::empty(product_a.sizes(), product_a.options().dtype(at::kHalf));
-    if (product_b.defined()) grad_b = at::empty(product_b.sizes(), product_b.options().dtype(at::kHalf));
-    status = launchUnscaleToHalf(
-        product_a.defined() ? product_a.const_data_ptr<float>() : nullptr,
-        grad_a.defined() ? half_pointer(grad_a) : nullptr, product_a.defined() ? product_a.numel() : 0,
-        product_b.defined() ? product_b.const_data_ptr<float>() : nullptr,
-        grad_b.defined() ? half_pointer(grad_b) : nullptr, product_b.defined() ? product_b.numel() : 0,
-        unscale, stream);
-    TORCH_CHECK(status == cudaSuccess,
-                std::string("day87::wmma_mm_backward: launch failed: ") + cudaGetErrorString(status));
+    at::Tensor grad_a = b.has_value() ? at::empty({m, k}, b->options()) : at::Tensor();
+    at::Tensor grad_b = a.has_value() ? at::empty({k, n}, a->options()) : at::Tensor();
+    if (grad.numel() == 0) {  // no sums to scale: each product is empty or all zeros
+        for (auto* out : {&grad_a, &grad_b})
+            if (out->defined()) out->zero_();
+        return {grad_a, grad_b};
+    }
+    const auto input = [](const at::Tensor& t) { return reinterpret_cast<const __half*>(t.const_data_ptr<at::Half>()); };
+    const auto output = [](at::Tensor& t) { return reinterpret_cast<__half*>(t.mutable_data_ptr<at::Half>()); };
+    // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
+    // safe inside a CUDA graph capture. The last two floats are cuBLAS's alpha and beta.
+    at::Tensor workspace = at::empty({kMaxHelperBlocks + 2}, grad.options());
+    float* alpha_and_beta = workspace.mutable_data_ptr<float>() + kMaxHelperBlocks;
+    at::Tensor scaled = at::empty(grad.sizes(), grad.options().dtype(at::kHalf));
+    const cudaError_t status = launchScaleToHalf(grad.const_data_ptr<float>(), m, n, grad.stride(0),
+                                                 grad.stride(1), output(scaled), alpha_and_beta,
+                                                 workspace.mutable_data_ptr<float>(), stream);
+    TORCH_CHECK(status == cudaSuccess, op + ": launch failed: " + cudaGetErrorString(status));
+    if (grad_a.defined())  // M x K = (M x N) @ (K x N)^T
+        halfProduct(op, input(scaled), false, input(*b), true, output(grad_a), m, k, n, alpha_and_beta);
+    if (grad_b.defined())  // K x N = (M x K)^T @ (M x N)
+        halfProduct(op, input(*a), true, input(scaled), false, output(grad_b), k, n, m, alpha_and_beta);
     return {grad_a, grad_b};
-#else
-    TORCH_CHECK(false, "day87::wmma_mm_backward needs torch 2.8 or newer (torch.mm with out_dtype)");
-#endif
 }
 #endif
 

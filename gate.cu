@@ -1,5 +1,6 @@
 // gate.cu: the standalone gate. kernel.cu's launcher, and each of its tile plans
-// directly (whole and with K split), against a float64 CPU reference, with no
+// directly (whole and with K split), against a float64 CPU reference, and the
+// backward's scaling kernel against the same arithmetic on the CPU, with no
 // PyTorch anywhere: if this fails, the kernel is wrong, not the binding.
 //
 // Build and run (any card from sm_75 up; name yours):
@@ -9,26 +10,34 @@
 // 200,000 SM cycles before it writes its partial sums (long beside the multiply
 // itself), and the workspace starts as NaN as always, so a split-K reduction that
 // reads before it waits reads NaN on every split shape, not only where the multiply
-// happens to be slow:
+// happens to be slow. The scaling kernel's block 0 holds as long before it writes its
+// largest magnitude, so a cast that does not wait at the grid's barrier reads that
+// block's poison:
 //   nvcc -O3 -arch=sm_90 -DDAY87_ORDERING_BUILD -o gate_ordering gate.cu && ./gate_ordering
 //
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch or
 // on any CUDA error. Exiting is right here, in a program of its own; the
 // extension never uses CUDA_CHECK, because an operator must raise, not exit.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #ifdef DAY87_ORDERING_BUILD
 #include <cuda_runtime.h>
-__device__ void holdPartialSums() {
+__device__ void holdPartialResults() {
     const long long start = clock64();
     while (clock64() - start < 200000) __nanosleep(1000);
 }
-#define DAY87_HOLD_PARTIAL_SUMS() holdPartialSums()
+#define DAY87_HOLD_PARTIAL_SUMS() holdPartialResults()
+#define DAY87_HOLD_PARTIAL_MAXIMA()              \
+    do {                                         \
+        if (blockIdx.x == 0) holdPartialResults(); \
+    } while (0)
 #endif
 
 #include "kernel.cu"
@@ -155,6 +164,69 @@ bool checkPlan(const char* name, std::mt19937& generator) {
     return pass;
 }
 
+// ---------------------------------------------------------------------------
+// The backward's scaling
+// ---------------------------------------------------------------------------
+// launchScaleToHalf on grad (rows x cols with these strides, in a buffer of random
+// values of magnitudes 1e-6 to 1, one of them the largest, -2^20 in magnitude, at
+// `largest_at`), against the CPU's own power of two and roundings: every FP16 and
+// the unscale must be bit-equal. The partial maxima's workspace starts as 2^100 in
+// every float (NaN would not do: fmaxf drops a NaN), so a cast that reads a partial
+// maximum before it is written derives a scale 2^-80 too small and casts zeros.
+bool checkScale(const char* name, int rows, int cols, bool transposed, size_t largest_at,
+                std::mt19937& generator) {
+    const size_t count = static_cast<size_t>(rows) * cols;
+    const int64_t row_stride = transposed ? 1 : cols, col_stride = transposed ? rows : 1;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> decades(-6.0f, 0.0f);
+    std::vector<float> grad(count);
+    for (auto& value : grad) value = normal(generator) * std::pow(10.0f, decades(generator));
+    grad[largest_at] = -std::ldexp(1.0f, 20);  // a negative largest: |value| is what counts
+
+    // The CPU's arithmetic, as kernel.cu's comment states it.
+    float largest = 0.0f;
+    for (float value : grad) largest = std::fmax(largest, std::fabs(value));
+    int exponent;
+    std::frexp(largest, &exponent);
+    const int biased = std::min(std::max(142 - exponent, 1), 253);
+    const float scale = std::ldexp(1.0f, biased - 127), unscale = std::ldexp(1.0f, 127 - biased);
+
+    float *device_grad, *workspace, *alpha_and_beta;
+    half* device_scaled;
+    CUDA_CHECK(cudaMalloc(&device_grad, count * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&device_scaled, count * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&workspace, kMaxHelperBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&alpha_and_beta, 2 * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(device_grad, grad.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    const std::vector<float> poison(kMaxHelperBlocks, std::ldexp(1.0f, 100));
+    CUDA_CHECK(cudaMemcpy(workspace, poison.data(), poison.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(device_scaled, 0xFF, count * sizeof(half)));  // NaN: an unwritten FP16 fails
+    CUDA_CHECK(launchScaleToHalf(device_grad, rows, cols, row_stride, col_stride, device_scaled, alpha_and_beta,
+                                 workspace, /*stream=*/0));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<half> scaled(count);
+    float factors[2];
+    CUDA_CHECK(cudaMemcpy(scaled.data(), device_scaled, count * sizeof(half), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(factors, alpha_and_beta, sizeof(factors), cudaMemcpyDeviceToHost));
+    for (void* pointer : {static_cast<void*>(device_grad), static_cast<void*>(device_scaled),
+                          static_cast<void*>(workspace), static_cast<void*>(alpha_and_beta)})
+        CUDA_CHECK(cudaFree(pointer));
+
+    size_t wrong = 0;
+    for (int row = 0; row < rows; ++row)
+        for (int col = 0; col < cols; ++col) {
+            const half expected = __float2half_rn(grad[row * row_stride + col * col_stride] * scale);
+            unsigned short got_bits, expected_bits;
+            std::memcpy(&got_bits, &scaled[static_cast<size_t>(row) * cols + col], sizeof(got_bits));
+            std::memcpy(&expected_bits, &expected, sizeof(expected_bits));
+            wrong += got_bits != expected_bits;
+        }
+    const bool pass = wrong == 0 && factors[0] == unscale && factors[1] == 0.0f;
+    printf("scale: %-26s %5d x %5d   %zu of %zu FP16s differ, unscale %s   %s\n", name, rows, cols, wrong, count,
+           factors[0] == unscale && factors[1] == 0.0f ? "exact" : "WRONG", pass ? "pass" : "FAIL");
+    return pass;
+}
+
 int main() {
     int device;
     cudaDeviceProp properties;
@@ -199,6 +271,15 @@ int main() {
     printf("launcher refuses M=100: %s\n", refused ? "pass" : "FAIL");
     all_pass &= refused;
     CUDA_CHECK(cudaGetLastError());
+
+    // The backward's scaling: held in registers (with the largest first), a count that
+    // is not a multiple of 4 (and the largest last), held in registers and shared
+    // memory with the rest read twice (a 64 MB grad; the largest in the last float4),
+    // and a transposed view, walked element by element.
+    all_pass &= checkScale("registers", 256, 512, false, 0, generator);
+    all_pass &= checkScale("count % 4 == 3", 129, 131, false, 129 * 131 - 1, generator);
+    all_pass &= checkScale("shared memory, read twice", 4096, 4096, false, 4096 * 4096 - 2, generator);
+    all_pass &= checkScale("transposed view", 300, 200, true, 12345, generator);
 
     printf("gate: %s\n", all_pass ? "PASS" : "FAIL");
     return all_pass ? EXIT_SUCCESS : EXIT_FAILURE;

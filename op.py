@@ -80,12 +80,12 @@ def _backward(ctx, grad):
     a, b = ctx.saved_tensors
     # Grad mode is on in a backward only under create_graph=True (a gradient penalty,
     # a Hessian-vector product): then the formula must itself be differentiable.
-    if grad.is_cuda and _FP16_PRODUCTS_TO_FP32 and not torch.is_grad_enabled():
+    if grad.is_cuda and not torch.is_grad_enabled():
         # The same two products on tensor cores, in one call: binding.cpp's
         # wmmaMmBackwardCuda. It returns None where that gradient is not wanted.
         return torch.ops.day87.wmma_mm_backward(grad, a, b)
-    # The float64 path, double backward, and CUDA on a torch without
-    # mm(out_dtype=): the lesson's formula, two library matmuls in the accumulate dtype.
+    # The float64 path and double backward: the lesson's formula, two library
+    # matmuls in the accumulate dtype.
     grad_a, grad_b = None, None
     if ctx.needs_input_grad[0]:
         # a is None on this branch (see _setup_context); b has the same dtype.
@@ -95,10 +95,6 @@ def _backward(ctx, grad):
         wide_a = a.transpose(0, 1).to(grad.dtype)
         grad_b = torch.matmul(wide_a, grad).to(a.dtype)
     return grad_a, grad_b
-
-
-# torch 2.8 and newer: torch.mm(fp16, fp16, out_dtype=torch.float32) on CUDA.
-_FP16_PRODUCTS_TO_FP32 = "dtype" in torch.ops.aten.mm.overloads()
 
 
 def _fake_backward(grad, a, b):
@@ -196,6 +192,34 @@ def _pip_toolkit():
             "cudart": next(filter(os.path.exists, cudart), None)}
 
 
+# binding.cpp gets PyTorch's cuBLAS handle from ATen/cuda/CUDAContext.h, which includes
+# these. A full toolkit has them; a minimal one (nvcc, the runtime) does not.
+LIBRARY_HEADERS = ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h")
+
+
+def library_header_folders(toolkit):
+    """Where LIBRARY_HEADERS come from: none beyond the toolkit's own where it has
+    them all, else the folders of the nvidia wheels that torch itself installed
+    (the headers of the very cuBLAS it loads), or None where some are nowhere.
+    binding.cpp's compile searches them after every other folder, so that no header
+    of the toolkit's own is shadowed."""
+    def have(folder, header):
+        return os.path.exists(os.path.join(folder, header))
+
+    searched = [os.path.join(toolkit["home"], "include")] + toolkit["include"]
+    if all(any(have(folder, header) for folder in searched) for header in LIBRARY_HEADERS):
+        return []
+    try:
+        import nvidia  # the namespace package that torch's CUDA wheels install into
+        wheels = sorted({os.path.join(root, name, "include") for root in nvidia.__path__
+                         for name in os.listdir(root)})
+    except ImportError:
+        wheels = []
+    folders = [folder for folder in wheels if any(have(folder, header) for header in LIBRARY_HEADERS)]
+    found = all(any(have(folder, header) for folder in folders) for header in LIBRARY_HEADERS)
+    return folders if found else None
+
+
 def nvcc_version_text(cuda_home):
     """The literal output of `nvcc --version`."""
     return subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"],
@@ -257,6 +281,12 @@ def _check_toolchain(plan):
                            "Fix: pip install ninja (it is in requirements.txt).")
     if not plan["with_cuda"]:
         return
+    if library_header_folders(plan["toolkit"]) is None:
+        raise RuntimeError(
+            f"day87: binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
+            f"ATen/cuda/CUDAContext.h), and neither {plan['cuda_home']}/include nor torch's "
+            "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
+            f"CUDA {torch.version.cuda} toolkit, or {_toolkit_fix()}.")
     text = nvcc_version_text(plan["cuda_home"])
     found = re.search(r"release (\d+)\.(\d+)", text)
     nvcc_major = found.group(1) if found else "unknown"
@@ -357,11 +387,16 @@ def _compile(plan):
         os.makedirs(link_folders[0], exist_ok=True)
         if not os.path.lexists(os.path.join(link_folders[0], "libcudart.so")):
             os.symlink(toolkit["cudart"], os.path.join(link_folders[0], "libcudart.so"))
+    cflags = ["-O2"]
+    if plan["with_cuda"]:
+        # No -lcublas: the library links libtorch_cuda, which links the cuBLAS that
+        # torch loaded, and binding.cpp's cuBLAS calls resolve to that one.
+        cflags += ["-DDAY87_WITH_CUDA"] + [f"-idirafter{folder}" for folder in library_header_folders(toolkit)]
     try:
         cpp_extension.load(
             name=EXTENSION_NAME,
             sources=[os.path.join(HERE, name) for name in plan["sources"]],
-            extra_cflags=["-O2"] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else []),
+            extra_cflags=cflags,
             # -lineinfo lets compute-sanitizer name kernel.cu's lines; no cost at run time.
             extra_cuda_cflags=["-O3", "-lineinfo"],
             extra_include_paths=toolkit["include"] if toolkit else [],

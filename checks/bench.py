@@ -30,7 +30,6 @@ The tables, in order:
 7. The backward's accuracy against float64.
 """
 
-import contextlib
 import math
 import os
 import re
@@ -137,7 +136,7 @@ def host_microseconds_per_call(function, a, b, calls=2000):
 
 
 def forward_tables(base, base_name):
-    print(f"1. forward GPU time, CUDA-graph replays (200 calls a graph, operands in L2), microseconds")
+    print("1. forward GPU time, CUDA-graph replays (200 calls a graph, operands in L2), microseconds")
     print(f"{'M':>6}{'N':>6}{'K':>6}{'wmma_mm':>10}{base_name:>26}{'ratio':>7}")
     for m, n, k in GRAPH_SIZES:
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
@@ -172,52 +171,49 @@ def forward_tables(base, base_name):
 # ---------------------------------------------------------------------------
 # The training step
 # ---------------------------------------------------------------------------
-@contextlib.contextmanager
-def lessons_backward():
-    """op.py's backward as the lesson wrote it (FP32 matmuls), for comparison only."""
-    op._FP16_PRODUCTS_TO_FP32 = False
-    try:
-        yield
-    finally:
-        op._FP16_PRODUCTS_TO_FP32 = True
-
-
-def floor_operator():
-    """wmma_mm's forward under the same kind of registration (a fake, register_autograd),
-    with a backward that launches nothing: it returns zeros made before timing. The
-    distance from the op's step to this one is what its backward costs."""
+def comparison_operators():
+    """wmma_mm's forward under the same kind of registration as the op (a fake,
+    register_autograd), twice. 'floor' has a backward that launches nothing: it
+    returns zeros made before timing, so the distance from the op's step to this one
+    is what its backward costs. 'lesson' has the lesson's backward, two FP32 matmuls."""
     library = torch.library.Library("day87_bench", "DEF")
-    library.define("floor(Tensor a, Tensor b) -> Tensor")
+    zeros = {}
 
     def kernel(a, b):
         with torch.no_grad():  # opaque to autograd, as a C++ kernel is
             return torch.ops.day87.wmma_mm(a, b)
 
-    library.impl("floor", kernel, "CUDA")
-    torch.library.register_fake("day87_bench::floor", op._fake, lib=library)
-    zeros = {}
-
-    def setup_context(ctx, inputs, output):
+    def floor_setup(ctx, inputs, output):
         ctx.shapes = [tuple(t.shape) for t in inputs]
 
-    def backward(ctx, grad):
+    def floor_backward(ctx, grad):
         return tuple(zeros[shape] for shape in ctx.shapes)
 
-    torch.library.register_autograd("day87_bench::floor", backward, setup_context=setup_context, lib=library)
+    def lesson_setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def lesson_backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return (grad @ b.t().to(grad.dtype)).to(b.dtype), (a.t().to(grad.dtype) @ grad).to(a.dtype)
+
+    for name, setup, backward in (("floor", floor_setup, floor_backward), ("lesson", lesson_setup, lesson_backward)):
+        library.define(f"{name}(Tensor a, Tensor b) -> Tensor")
+        library.impl(name, kernel, "CUDA")
+        torch.library.register_fake(f"day87_bench::{name}", op._fake, lib=library)
+        torch.library.register_autograd(f"day87_bench::{name}", backward, setup_context=setup, lib=library)
 
     def prepare(*tensors):
         for t in tensors:
             zeros.setdefault(tuple(t.shape), torch.zeros_like(t))
 
-    return library, torch.ops.day87_bench.floor, prepare
+    return library, prepare
 
 
-def step_variants(floor):
-    """name: (forward, the dtype of the output gradient, a context to run it in)."""
-    return {"op": (op.wmma_mm, torch.float32, contextlib.nullcontext),
-            "fp16 x @ w": (torch.mm, torch.half, contextlib.nullcontext),
-            "lesson FP32 bwd": (op.wmma_mm, torch.float32, lessons_backward),
-            "floor": (floor, torch.float32, contextlib.nullcontext)}
+def step_variants():
+    """name: (forward, the dtype of the output gradient)."""
+    return {"op": (op.wmma_mm, torch.float32), "fp16 x @ w": (torch.mm, torch.half),
+            "lesson FP32 bwd": (torch.ops.day87_bench.lesson, torch.float32),
+            "floor": (torch.ops.day87_bench.floor, torch.float32)}
 
 
 def backward_on_the_gpu(forward, x, w, grad):
@@ -238,29 +234,31 @@ def backward_kernels(forward, x, w, grad):
     return len(backward_on_the_gpu(forward, x, w, grad))
 
 
-HELPER_KERNELS = {"largestMagnitudeKernel": "largest |grad|", "scaleToHalfKernel": "scale and cast",
-                  "unscaleToHalfKernel": "unscale"}
+def own_kernels():
+    """The names of the kernels that kernel.cu defines; any other kernel in a backward
+    is a library's (cuBLAS's products)."""
+    with open(os.path.join(op.HERE, "kernel.cu")) as source:
+        return set(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", source.read()))
 
 
 def backward_kernel_microseconds(forward, x, w, grad, repeats=7):
     """{part: GPU microseconds} of one eager backward's kernels (profiler), median of
-    `repeats` backwards; the parts are kernel.cu's helpers by name, the rest products."""
-    samples = []
+    `repeats` backwards; the parts are "products" (the library's kernels) and each of
+    kernel.cu's kernels by name."""
+    own, samples = own_kernels(), []
     for _ in range(repeats + 1):  # the first is a warm-up
-        parts = dict.fromkeys(["products", *HELPER_KERNELS.values()], 0.0)
+        parts = {"products": 0.0}
         for event in backward_on_the_gpu(forward, x, w, grad):
-            kernel = re.match(r"(?:void )?(\w+)", event.name).group(1)  # unscale... contains scale...
-            part = HELPER_KERNELS.get(kernel, "products")
-            parts[part] += getattr(event, "device_time", None) or event.cuda_time
+            kernel = re.match(r"(?:void )?(\w+)", event.name).group(1)
+            part = kernel if kernel in own else "products"
+            parts[part] = parts.get(part, 0.0) + (getattr(event, "device_time", None) or event.cuda_time)
         samples.append(parts)
-    return {part: statistics.median(sample[part] for sample in samples[1:]) for part in samples[0]}
+    return {part: statistics.median(sample.get(part, 0.0) for sample in samples[1:]) for part in samples[-1]}
 
 
 def backward_table():
     print("4a. the backward alone: its kernels' GPU time (profiler, median of 7 backwards), microseconds;")
-    print("    the fp16 path is x @ w with an fp16 grad, in the same run")
-    parts = ["products", *HELPER_KERNELS.values()]
-    print(f"{'M x K x N':<18}{'op':>9}{'fp16':>9}{'ratio':>7}" + "".join(f"{part:>16}" for part in parts))
+    print("    the fp16 path is x @ w with an fp16 grad, in the same run; products: cuBLAS's kernels")
     for m, k, n in STEP_SIZES[1:]:
         x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
         w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
@@ -268,8 +266,8 @@ def backward_table():
         ours = backward_kernel_microseconds(op.wmma_mm, x, w, grad)
         theirs = sum(backward_kernel_microseconds(torch.mm, x, w, grad.half()).values())
         total = sum(ours.values())
-        print(f"{f'{m}x{k}x{n}':<18}{total:>9.1f}{theirs:>9.1f}{total / theirs:>7.2f}"
-              + "".join(f"{ours[part]:>16.1f}" for part in parts), flush=True)
+        print(f"{f'{m}x{k}x{n}':<18} op {total:.1f}, fp16 {theirs:.1f}, ratio {total / theirs:.2f}; "
+              + ", ".join(f"{part} {time:.1f}" for part, time in ours.items()), flush=True)
     print()
 
 
@@ -299,9 +297,8 @@ def time_step(step, steps):
     return wall, host_alone(step)
 
 
-def training_step_tables():
-    library, floor, prepare_floor = floor_operator()  # noqa: F841, kept alive
-    variants = step_variants(floor)
+def training_step_tables(prepare_floor):
+    variants = step_variants()
     print("4. one layer, forward + backward (torch.autograd.grad of x @ w), eager, microseconds per step")
     print("   wall: steps back to back; host: the Python call alone; GPU: the step replayed as a CUDA graph;")
     print("   kernels: what one backward launches (profiler)")
@@ -317,14 +314,14 @@ def training_step_tables():
         grads[torch.half] = grads[torch.float32].half()
         steps = 200 if m * n * k < 2**33 else 50
         cells, figures = [], {}
-        for name, (forward, grad_dtype, context) in variants.items():
+        for name, (forward, grad_dtype) in variants.items():
             grad = grads[grad_dtype]
-            with context():
-                def step(forward=forward, grad=grad):
-                    return torch.autograd.grad(forward(x, w), (x, w), grad)
-                wall, host = time_step(step, steps)
-                gpu = graph_microseconds(step, calls=10 if steps == 200 else 2, replays=5)
-                kernels = backward_kernels(forward, x, w, grad)
+
+            def step(forward=forward, grad=grad):
+                return torch.autograd.grad(forward(x, w), (x, w), grad)
+            wall, host = time_step(step, steps)
+            gpu = graph_microseconds(step, calls=10 if steps == 200 else 2, replays=5)
+            kernels = backward_kernels(forward, x, w, grad)
             figures[name] = (wall, gpu)
             cells.append(f"{wall:>8.0f}{host:>6.0f}{gpu:>6.0f}{kernels:>9}")
         ratio = f"{figures['op'][0] / figures['fp16 x @ w'][0]:.2f}, {figures['op'][1] / figures['fp16 x @ w'][1]:.2f}"
@@ -338,18 +335,18 @@ def training_step_tables():
 
 def host_breakdown():
     print("4b. where the op's step spends host time: each piece called alone, GPU idle before it, us")
-    pieces = ["forward", "forward, grad kept", "wmma_mm_backward", "cast, mm fp16->f32", "mm f32 (lesson)",
+    pieces = ["forward", "forward, grad kept", "wmma_mm_backward", "cast, mm fp16", "mm f32 (lesson)",
               "autograd.grad of the op"]
     print(f"{'M x K x N':<18}" + "".join(f"{name:>24}" for name in pieces))
     for m, k, n in STEP_SIZES:
         x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
         w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
         grad = torch.randn(m, n, device="cuda")
-        x16, w16, x32, w32 = x.detach(), w.detach(), x.detach().float(), w.detach().float()
+        x16, w16, w32 = x.detach(), w.detach(), w.detach().float()
         out = op.wmma_mm(x, w)
         figures = [host_alone(lambda: op.wmma_mm(x16, w16)), host_alone(lambda: op.wmma_mm(x, w)),
                    host_alone(lambda: torch.ops.day87.wmma_mm_backward(grad, x16, w16)),
-                   host_alone(lambda: torch.mm(grad.half(), w16.t(), out_dtype=torch.float32)),
+                   host_alone(lambda: torch.mm(grad.half(), w16.t())),
                    host_alone(lambda: torch.mm(grad, w32.t())),
                    host_alone(lambda: torch.autograd.grad(out, (x, w), grad, retain_graph=True))]
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{figure:>24.1f}" for figure in figures), flush=True)
@@ -367,16 +364,15 @@ def compiled_step_table(variants, rows):
         torch._dynamo.mark_static_address(w)
         cells, walls = [], {}
         for name in names:
-            forward, grad_dtype, context = variants[name]
+            forward, grad_dtype = variants[name]
             grad = grads[grad_dtype]
             torch._dynamo.reset()
-            with context():
-                compiled = torch.compile(lambda x, w, forward=forward: forward(x, w), mode="reduce-overhead")
+            compiled = torch.compile(lambda x, w, forward=forward: forward(x, w), mode="reduce-overhead")
 
-                def step(compiled=compiled, grad=grad):
-                    torch.compiler.cudagraph_mark_step_begin()
-                    return torch.autograd.grad(compiled(x, w), (x, w), grad)
-                wall, host = time_step(step, 200 if m * n * k < 2**33 else 50)
+            def step(compiled=compiled, grad=grad):
+                torch.compiler.cudagraph_mark_step_begin()
+                return torch.autograd.grad(compiled(x, w), (x, w), grad)
+            wall, host = time_step(step, 200 if m * n * k < 2**33 else 50)
             walls[name] = wall
             cells.append(f"{wall:>14.0f}{host:>8.0f}")
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>22}" for cell in cells)
@@ -423,8 +419,7 @@ def accuracy_table():
             grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
         reference = grad.double() @ w.double().t()
         errors = [torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0], torch.autograd.grad(x @ w, x, grad.half())[0]]
-        with lessons_backward():
-            errors.append(torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0])
+        errors.append(torch.autograd.grad(torch.ops.day87_bench.lesson(x, w), x, grad)[0])
         errors = [((e.double() - reference).norm() / reference.norm()).item() for e in errors]
         print(f"{regime:<14}{errors[0]:>10.2e}{errors[1]:>11.2e}{errors[2]:>13.2e}")
 
@@ -436,7 +431,8 @@ def bench():
     base, base_name = baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
     forward_tables(base, base_name)
-    training_step_tables()
+    library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables below
+    training_step_tables(prepare_floor)
     day88_table(base)
     accuracy_table()
 
