@@ -2,6 +2,7 @@
 
     python checks/bench.py                 # every table below (needs a GPU)
     python checks/bench.py --forward       # tables 1 to 3 alone
+    python checks/bench.py --step          # tables 4 and 4a alone
     python checks/bench.py --backward      # table 4a alone
     python checks/bench.py --day88         # table 6 alone (in a folder whose exercise is solved)
     python checks/bench.py --build-times   # cold build and warm import, in fresh processes
@@ -21,8 +22,8 @@ The tables, in order:
    (the Python call alone, GPU idle before it) and GPU time per step (the step
    captured in a CUDA graph and replayed), and the kernels the backward launches.
    Then (4a) the backward alone, its kernels' GPU time beside the fp16 path's, split
-   into the two products and kernel.cu's three scaling passes; and where the op's
-   host time goes: each call of a step timed alone.
+   into cuBLAS's two products and kernel.cu's scaling kernel; and (4b) where the
+   op's host time goes: each call of a step timed alone.
 5. The same steps under torch.compile(mode="reduce-overhead"), operands marked
    static (no input copies), timed after the warm-up steps that record the graphs.
 6. Day 88's question, where the exercise is solved: the fused wmma_mm_bias against
@@ -328,9 +329,7 @@ def training_step_tables(prepare_floor):
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>30}" for cell in cells) + f"{ratio:>24}", flush=True)
         compiled_rows.append((m, k, n, x, w, grads))
     print()
-    backward_table()
-    host_breakdown()
-    compiled_step_table(variants, compiled_rows)
+    return variants, compiled_rows
 
 
 def host_breakdown():
@@ -432,7 +431,10 @@ def bench():
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
     forward_tables(base, base_name)
     library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables below
-    training_step_tables(prepare_floor)
+    variants, rows = training_step_tables(prepare_floor)
+    backward_table()
+    host_breakdown()
+    compiled_step_table(variants, rows)
     day88_table(base)
     accuracy_table()
 
@@ -468,6 +470,11 @@ def main():
         base, base_name = baseline()
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
         forward_tables(base, base_name)
+    elif sys.argv[1:] == ["--step"] and torch.cuda.is_available():
+        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+        library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables
+        training_step_tables(prepare_floor)
+        backward_table()
     elif sys.argv[1:] == ["--backward"] and torch.cuda.is_available():
         print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
         backward_table()
