@@ -110,16 +110,6 @@ SPLIT_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
-HEADERS = """
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-#include <mma.h>
-#include <algorithm>
-#include <climits>
-#include <cstddef>
-#include <cstdint>
-"""
-
 # Every variant's plan launcher behind one function. It fills kernel.cu's GemmOperands
 # member by member, so that an operand a solved exercise adds (a bias) stays unset,
 # and splits K as it is told (workspace: splits x M x N floats).
@@ -184,7 +174,11 @@ def variants_source(variants, lesson=LESSON):
     namespaces = "".join(variant_source(index, edits, lesson) for index, (_, edits) in enumerate(variants.values()))
     cases = "\n".join(CASE.format(index=index, plan=", ".join(map(str, plan)))
                       for index, (plan, _) in enumerate(variants.values()))
-    return HEADERS + namespaces + DISPATCH % cases
+    # kernel.cu's own headers first, outside every namespace: their include guards then
+    # make the copies inside the namespaces empty, and no library lands in one.
+    with open(os.path.join(lesson, "kernel.cu")) as kernel:
+        headers = "".join(line for line in kernel if line.startswith("#include <"))
+    return headers + namespaces + DISPATCH % cases
 
 
 def build(variants):
