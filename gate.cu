@@ -233,7 +233,7 @@ int main() {
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
 #ifdef DAY87_ORDERING_BUILD
-    const char* build = ", ordering build (splits hold before writing)";
+    const char* build = ", ordering build (partial results held before they are written)";
 #else
     const char* build = "";
 #endif

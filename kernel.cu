@@ -592,7 +592,7 @@ cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, siz
 // block finds the largest magnitude of its share and writes it out; (2) after the
 // barrier every block reads all of them, so every block derives the same scale, and
 // casts its share. Its share stays on chip between the two where the chip can hold
-// it (registers, then shared memory: 45 MB on an H200), so most of grad is read once.
+// it (registers, then shared memory), so that most of grad is read once.
 constexpr int kHelperThreads = 256;
 // Four blocks of 256 threads per SM, 64 registers a thread: a T4's SM holds no more
 // threads, and an H200's register file is then full.
@@ -725,7 +725,7 @@ __global__ void __launch_bounds__(kHelperThreads, kScaleBlocksPerMultiprocessor)
     for (int j = 0; j < shared_count; ++j)
         storeFourHalves(scaled + 4 * (first_shared + j * step), held_in_shared[j * blockDim.x + threadIdx.x], scale);
     // The rest newest first: what (1) read last is the likeliest to be still in L2
-    // (measured: 44 against 48 us at 4096 x 4096, checks/NOTES.md).
+    // (measured faster than oldest first at 4096 x 4096: checks/NOTES.md).
     if (first_unheld < vectors) {
 #pragma unroll 4
         for (int64_t i = first_unheld + (vectors - 1 - first_unheld) / step * step; i >= first_unheld; i -= step)
