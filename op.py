@@ -281,12 +281,6 @@ def _check_toolchain(plan):
                            "Fix: pip install ninja (it is in requirements.txt).")
     if not plan["with_cuda"]:
         return
-    if library_header_folders(plan["toolkit"]) is None:
-        raise RuntimeError(
-            f"day87: binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
-            f"ATen/cuda/CUDAContext.h), and neither {plan['cuda_home']}/include nor torch's "
-            "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
-            f"CUDA {torch.version.cuda} toolkit, or {_toolkit_fix()}.")
     text = nvcc_version_text(plan["cuda_home"])
     found = re.search(r"release (\d+)\.(\d+)", text)
     nvcc_major = found.group(1) if found else "unknown"
@@ -298,6 +292,15 @@ def _check_toolchain(plan):
             "major versions must match: an extension built by one cannot load beside the "
             f"other. Fix: {_toolkit_fix()}; or install a torch built for CUDA {nvcc_major}.x "
             f"(the cu{nvcc_major}* index at https://download.pytorch.org/whl/).")
+    if library_header_folders(plan["toolkit"]) is None:
+        raise RuntimeError(
+            f"day87: binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
+            f"ATen/cuda/CUDAContext.h), and neither {plan['cuda_home']}/include nor torch's "
+            "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
+            f"CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it"
+            + (f', or pip install "cuda-toolkit[cublas,cusolver,cusparse]=={torch.version.cuda}.*" '
+               "(wheels that a CUDA 13 torch itself depends on)"
+               if int(torch.version.cuda.split(".")[0]) >= 13 else "") + ".")
 
 
 def _build(plan):

@@ -222,6 +222,25 @@ def test_toolchain_messages(tmp_path):
     assert PIP_TOOLKIT_FIX in no_toolkit.stderr, f"no pip command named: {no_toolkit.stderr[-300:]}"
 
 
+def test_toolkit_without_cublas_headers(tmp_path):
+    """A toolkit of the right version without cuBLAS's headers, and no nvidia wheels to
+    take them from, is refused before compiling, the headers named."""
+    folder = copy_lesson(tmp_path / "no-cublas")
+    fake_toolkit = tmp_path / "minimal-cuda"
+    (fake_toolkit / "bin").mkdir(parents=True)
+    (fake_toolkit / "include").mkdir()
+    (fake_toolkit / "include" / "cuda_runtime.h").touch()
+    nvcc = fake_toolkit / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {torch.version.cuda}, V{torch.version.cuda}.0'\n")
+    nvcc.chmod(0o755)
+    # torch first (its own import may use the wheels), then the wheels hidden from op.py.
+    refused = import_op(folder, tmp_path / "no-cublas-cache", CUDA_HOME=str(fake_toolkit),
+                        code="import sys, torch; sys.modules['nvidia'] = None; import op")
+    message = refused.stderr
+    assert refused.returncode != 0 and "cublas_v2.h" in message and "day87: building" not in message, \
+        f"a toolkit without cuBLAS's headers: {message[-300:]}"
+
+
 @pytest.mark.skipif(not os.environ.get("DAY87_PIP_TOOLKIT_PYTHON"),
                     reason="set DAY87_PIP_TOOLKIT_PYTHON to a python whose environment has "
                            "cuda-toolkit[nvcc,cccl] at torch's CUDA version (.ci/run makes one)")
