@@ -198,16 +198,22 @@ def test_import_twice_and_reload(tmp_path):
 
 
 @pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: no toolkit is looked for")
+def make_fake_toolkit(home, release):
+    """A toolkit that op.py finds (bin/nvcc, include/cuda_runtime.h) and that compiles
+    nothing: its nvcc only names its release, and it has no library headers."""
+    (home / "bin").mkdir(parents=True)
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").touch()
+    nvcc = home / "bin" / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.0'\n")
+    nvcc.chmod(0o755)
+    return home
+
+
 def test_toolchain_messages(tmp_path):
     """A mismatched nvcc is refused before compiling; no nvcc builds the CPU part and says so."""
     folder = copy_lesson(tmp_path / "toolchain")
-    fake_toolkit = tmp_path / "fake-cuda"
-    (fake_toolkit / "bin").mkdir(parents=True)
-    (fake_toolkit / "include").mkdir()
-    (fake_toolkit / "include" / "cuda_runtime.h").touch()
-    nvcc = fake_toolkit / "bin" / "nvcc"
-    nvcc.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.6, V12.6.85'\n")
-    nvcc.chmod(0o755)
+    fake_toolkit = make_fake_toolkit(tmp_path / "fake-cuda", "12.6")
     mismatch = import_op(folder, tmp_path / "mismatch-cache", CUDA_HOME=str(fake_toolkit))
     message = mismatch.stderr
     assert mismatch.returncode != 0 and "12.6" in message and torch.version.cuda in message \
@@ -226,13 +232,7 @@ def test_toolkit_without_cublas_headers(tmp_path):
     """A toolkit of the right version without cuBLAS's headers, and no nvidia wheels to
     take them from, is refused before compiling, the headers named."""
     folder = copy_lesson(tmp_path / "no-cublas")
-    fake_toolkit = tmp_path / "minimal-cuda"
-    (fake_toolkit / "bin").mkdir(parents=True)
-    (fake_toolkit / "include").mkdir()
-    (fake_toolkit / "include" / "cuda_runtime.h").touch()
-    nvcc = fake_toolkit / "bin" / "nvcc"
-    nvcc.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {torch.version.cuda}, V{torch.version.cuda}.0'\n")
-    nvcc.chmod(0o755)
+    fake_toolkit = make_fake_toolkit(tmp_path / "minimal-cuda", torch.version.cuda)
     # torch first (its own import may use the wheels), then the wheels hidden from op.py.
     refused = import_op(folder, tmp_path / "no-cublas-cache", CUDA_HOME=str(fake_toolkit),
                         code="import sys, torch; sys.modules['nvidia'] = None; import op")
