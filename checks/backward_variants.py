@@ -7,9 +7,9 @@ power of two, products on tensor cores in FP16. The candidates are ATen ops; the
 backward now runs that design as binding.cpp's one call (NOTES.md, 2026-12-01,
 17:31, has those kernels' candidates and figures). Each candidate computes
 grad_a = grad @ b^T and grad_b = a^T @ grad from an FP32 grad and FP16 a, b, and
-returns FP16 gradients. Times are triton.testing.do_bench medians of forward (the op) plus the
-candidate's backward, beside the fp16 `x @ w` forward and backward through autograd.
-Accuracy is ||got - reference|| / ||reference|| against float64, on randn gradients
+returns FP16 gradients. Times are triton.testing.do_bench medians of forward (the
+op) plus the candidate's backward, beside the fp16 `x @ w` forward and backward
+through autograd. Accuracy is ||got - reference|| / ||reference|| against float64, on randn gradients
 and on gradients of magnitude 1e-7 to 1e-5.
 """
 
