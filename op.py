@@ -26,8 +26,9 @@ def wmma_mm(a, b):
 
 def accumulate_dtype(input_dtype):
     """The output dtype for an input dtype: FP16 accumulates and is stored in FP32,
-    the float64 reference path stays in float64. Shared by every day87 operator,
-    so its message names none of them; each one's own dtype rule comes first."""
+    the float64 reference path stays in float64. Shared by every operator that keeps
+    this contract, so its message names none of them; each one's own dtype rule
+    comes first."""
     widened = {torch.float16: torch.float32, torch.float64: torch.float64}
     if input_dtype not in widened:
         raise TypeError(f"day87: accumulate_dtype: no accumulate dtype for {input_dtype}; the "
@@ -76,19 +77,14 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
-    # c[i][j] = sum_p a[i][p] b[p][j], so dL/da = grad @ b^T and dL/db = a^T @ grad.
+    # c[i][j] = sum_p a[i][p] b[p][j], so dL/da = grad @ b^T and dL/db = a^T @ grad:
+    # two library matmuls in the accumulate dtype (day 39's rule: a library operation
+    # where it fits), each rounded back to its input's dtype.
     a, b = ctx.saved_tensors
-    # Grad mode is on in a backward only under create_graph=True (a gradient penalty,
-    # a Hessian-vector product): then the formula must itself be differentiable.
-    if grad.is_cuda and not torch.is_grad_enabled():
-        # The same two products on tensor cores, in one call: binding.cpp's
-        # wmmaMmBackwardCuda. It returns None where that gradient is not wanted.
-        return torch.ops.day87.wmma_mm_backward(grad, a, b)
-    # The float64 path and double backward: the lesson's formula, two library
-    # matmuls in the accumulate dtype.
     grad_a, grad_b = None, None
     if ctx.needs_input_grad[0]:
-        # a is None on this branch (see _setup_context); b has the same dtype.
+        # a is None on this branch (see _setup_context), and the contract gives b
+        # the dtype a has: so b.dtype is a's dtype, the one grad_a must have.
         wide_b = b.transpose(0, 1).to(grad.dtype)
         grad_a = torch.matmul(grad, wide_b).to(b.dtype)
     if ctx.needs_input_grad[1]:
@@ -97,24 +93,16 @@ def _backward(ctx, grad):
     return grad_a, grad_b
 
 
-def _fake_backward(grad, a, b):
-    # wmma_mm_backward's output metadata, for torch.compile's trace of the backward:
-    # grad_a where b is given, grad_b where a is given, FP16 like the inputs.
-    return (grad.new_empty((grad.shape[0], b.shape[0]), dtype=b.dtype) if b is not None else None,
-            grad.new_empty((a.shape[1], grad.shape[1]), dtype=a.dtype) if a is not None else None)
-
-
 def _register():
-    """The registrations that live in Python: wmma_mm's fake and backward, and
-    the fake of the backward's own operator. They need the schemas that
-    binding.cpp defines, so they run once the library is loaded (end of file)."""
+    """The registrations that live in Python: wmma_mm's fake and backward. They need
+    the schema that binding.cpp defines, so they run once the library is loaded
+    (end of file)."""
     # A Library object owns them, unlike the lesson's decorators, so that
     # importlib.reload(op) can drop the previous module's registrations first.
     library = torch.library.Library("day87", "FRAGMENT")
     torch.library.register_fake("day87::wmma_mm", _fake, lib=library)
     torch.library.register_autograd("day87::wmma_mm", _backward,
                                     setup_context=_setup_context, lib=library)
-    torch.library.register_fake("day87::wmma_mm_backward", _fake_backward, lib=library)
     return library
 
 
@@ -131,7 +119,10 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXTENSION_NAME = "day87_ext"
+# The lesson's extension: its namespace (TORCH_LIBRARY's, and the build folder's
+# prefix) and its sources. load_extension builds another folder's the same way.
+NAMESPACE = "day87"
+SOURCES = ("kernel.cu", "binding.cpp")
 # Built when torch has CUDA but no card is visible (CI, a login node): every
 # architecture from the T4 up, with PTX for the last so that newer cards JIT it.
 ARCHS_WITHOUT_A_CARD = "7.5;8.0;8.6;8.9;9.0+PTX"
@@ -192,34 +183,6 @@ def _pip_toolkit():
             "cudart": next(filter(os.path.exists, cudart), None)}
 
 
-# binding.cpp gets PyTorch's cuBLAS handle from ATen/cuda/CUDAContext.h, which includes
-# these. A full toolkit has them; a minimal one (nvcc, the runtime) does not.
-LIBRARY_HEADERS = ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h")
-
-
-def library_header_folders(toolkit):
-    """Where LIBRARY_HEADERS come from: none beyond the toolkit's own where it has
-    them all, else the folders of the nvidia wheels that torch itself installed
-    (the headers of the very cuBLAS it loads), or None where some are nowhere.
-    binding.cpp's compile searches them after every other folder, so that no header
-    of the toolkit's own is shadowed."""
-    def have(folder, header):
-        return os.path.exists(os.path.join(folder, header))
-
-    searched = [os.path.join(toolkit["home"], "include")] + toolkit["include"]
-    if all(any(have(folder, header) for folder in searched) for header in LIBRARY_HEADERS):
-        return []
-    try:
-        import nvidia  # the namespace package that torch's CUDA wheels install into
-        wheels = sorted({os.path.join(root, name, "include") for root in nvidia.__path__
-                         for name in os.listdir(root)})
-    except ImportError:
-        wheels = []
-    folders = [folder for folder in wheels if any(have(folder, header) for header in LIBRARY_HEADERS)]
-    found = all(any(have(folder, header) for folder in folders) for header in LIBRARY_HEADERS)
-    return folders if found else None
-
-
 def nvcc_version_text(cuda_home):
     """The literal output of `nvcc --version`."""
     return subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"],
@@ -237,26 +200,32 @@ def architecture_list():
     return ARCHS_WITHOUT_A_CARD
 
 
-def build_plan():
-    """Everything the build depends on, and the directory its hash names: another
-    torch, card or edited source never loads a stale library."""
+def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cflags=()):
+    """Everything a build depends on, and the directory its hash names: another
+    torch, card or edited source never loads a stale library. `sources` are the
+    files in `folder` to compile (a build without CUDA compiles the .cpp ones
+    alone); `depends`, other files they include, whose contents enter the hash
+    too; `cflags`, more flags for the C++ compiler."""
     toolkit = find_toolkit() if torch.version.cuda else None
-    sources = ("kernel.cu", "binding.cpp") if toolkit else ("binding.cpp",)
+    compiled = tuple(name for name in sources if toolkit or not name.endswith(".cu"))
     archs = architecture_list() if toolkit else None
     digest = hashlib.sha256()
-    for name in sources:
-        with open(os.path.join(HERE, name), "rb") as source:
-            digest.update(name.encode() + b"\0" + source.read() + b"\0")
-    for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform):
+    for path in [os.path.join(folder, name) for name in compiled] + list(depends):
+        with open(path, "rb") as source:
+            digest.update(os.path.basename(path).encode() + b"\0" + source.read() + b"\0")
+    for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform, *cflags):
         digest.update(str(part).encode() + b"\0")
     key = digest.hexdigest()[:16]
     cache_root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "torch_extensions")
-    directory = os.path.join(cache_root, f"day87-{key}")
-    return {"with_cuda": toolkit is not None, "toolkit": toolkit,
-            "cuda_home": toolkit and toolkit["home"], "sources": sources,
+    directory = os.path.join(cache_root, f"{namespace}-{key}")
+    extension = f"{namespace}_ext"
+    return {"namespace": namespace, "extension": extension, "folder": folder,
+            "with_cuda": toolkit is not None, "toolkit": toolkit,
+            "cuda_home": toolkit and toolkit["home"], "sources": compiled,
+            "depends": tuple(depends), "cflags": tuple(cflags),
             "archs": archs, "key": key, "directory": directory,
-            "library": os.path.join(directory, f"{EXTENSION_NAME}.so"),
+            "library": os.path.join(directory, f"{extension}.so"),
             # Written only after a build succeeded: a library that a killed link
             # left half-written has no marker and is rebuilt, never loaded.
             "done_marker": os.path.join(directory, "build-complete"),
@@ -274,8 +243,9 @@ def _toolkit_fix():
             "CUDA 12 wheels carry ptxas but no nvcc)")
 
 
-def _check_toolchain(plan):
-    """Refuse, before compiling, what would fail late or load wrong."""
+def _check_toolchain(plan, check_more=None):
+    """Refuse, before compiling, what would fail late or load wrong; then
+    check_more(plan), another extension's own refusals, where given."""
     if shutil.which("ninja") is None:
         raise RuntimeError("day87: building the extension needs ninja, and none is on PATH. "
                            "Fix: pip install ninja (it is in requirements.txt).")
@@ -292,18 +262,11 @@ def _check_toolchain(plan):
             "major versions must match: an extension built by one cannot load beside the "
             f"other. Fix: {_toolkit_fix()}; or install a torch built for CUDA {nvcc_major}.x "
             f"(the cu{nvcc_major}* index at https://download.pytorch.org/whl/).")
-    if library_header_folders(plan["toolkit"]) is None:
-        raise RuntimeError(
-            f"day87: binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
-            f"ATen/cuda/CUDAContext.h), and neither {plan['cuda_home']}/include nor torch's "
-            "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
-            f"CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it"
-            + (f', or pip install "cuda-toolkit[cublas,cusolver,cusparse]=={torch.version.cuda}.*" '
-               "(wheels that a CUDA 13 torch itself depends on)"
-               if int(torch.version.cuda.split(".")[0]) >= 13 else "") + ".")
+    if check_more:
+        check_more(plan)
 
 
-def _build(plan):
+def _build(plan, check_more=None):
     """Compile and link into plan['directory'], one process at a time."""
     from filelock import FileLock, Timeout  # torch depends on filelock
 
@@ -330,7 +293,7 @@ def _build(plan):
     try:
         if os.path.exists(plan["done_marker"]):
             return  # the process we waited for built it
-        _check_toolchain(plan)
+        _check_toolchain(plan, check_more)
         # We hold the lock, so no live op.py builds here: a cpp_extension lock
         # file left over belongs to a build that was killed (on torch releases whose
         # load() waits while that file exists, it would wait forever), and so does
@@ -352,7 +315,7 @@ def _build(plan):
         try:
             _compile(plan)
         except (RuntimeError, OSError) as error:
-            first_error, message = _explain_build_failure(error)
+            first_error, message = _explain_build_failure(error, plan)
             with open(plan["failed_marker"], "w") as marker:
                 marker.write(first_error + "\n")
             if os.path.exists(stale_lock):
@@ -362,7 +325,7 @@ def _build(plan):
         # before every load would then refuse it.
         os.chmod(plan["library"], os.stat(plan["library"]).st_mode & ~0o022)
         with open(plan["done_marker"], "w") as marker:
-            marker.write(f"{plan['key']}\n{HERE}\n")  # the folder it was built from
+            marker.write(f"{plan['key']}\n{plan['folder']}\n")  # the folder it was built from
     finally:
         lock.release()
 
@@ -390,15 +353,11 @@ def _compile(plan):
         os.makedirs(link_folders[0], exist_ok=True)
         if not os.path.lexists(os.path.join(link_folders[0], "libcudart.so")):
             os.symlink(toolkit["cudart"], os.path.join(link_folders[0], "libcudart.so"))
-    cflags = ["-O2"]
-    if plan["with_cuda"]:
-        # No -lcublas: the library links libtorch_cuda, which links the cuBLAS that
-        # torch loaded, and binding.cpp's cuBLAS calls resolve to that one.
-        cflags += ["-DDAY87_WITH_CUDA"] + [f"-idirafter{folder}" for folder in library_header_folders(toolkit)]
+    cflags = ["-O2", *plan["cflags"]] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else [])
     try:
         cpp_extension.load(
-            name=EXTENSION_NAME,
-            sources=[os.path.join(HERE, name) for name in plan["sources"]],
+            name=plan["extension"],
+            sources=[os.path.join(plan["folder"], name) for name in plan["sources"]],
             extra_cflags=cflags,
             # -lineinfo lets compute-sanitizer name kernel.cu's lines; no cost at run time.
             extra_cuda_cflags=["-O3", "-lineinfo"],
@@ -414,7 +373,7 @@ def _compile(plan):
             os.environ["TORCH_CUDA_ARCH_LIST"] = saved
 
 
-def _explain_build_failure(error):
+def _explain_build_failure(error, plan):
     """(the failure in one line, the message to raise) for an error out of
     cpp_extension.load: a compiler's log ends with its first error, and a library
     that does not load says which symbol, and why it is missing."""
@@ -423,7 +382,7 @@ def _explain_build_failure(error):
         text, cause = f"{text}\n{cause}", cause.__cause__ or cause.__context__
     missing = re.search(r"undefined symbol: (\S+)", text)
     if missing:
-        return _explain_undefined_symbol(missing.group(1))
+        return _explain_undefined_symbol(missing.group(1), plan)
     first = _first_compiler_error(text)
     return (first or "see the log", f"{text}\n\nday87: the build failed. Its first error"
             + (f":\n    {first}" if first else " is in the log above") + "\nFix it and import again.")
@@ -439,7 +398,7 @@ def _first_compiler_error(log):
     return next((line.strip() for line in log.splitlines() if re.search(r"\berror\b", line)), None)
 
 
-def _explain_undefined_symbol(symbol):
+def _explain_undefined_symbol(symbol, plan):
     """A library that links and then does not load: one message, in C++'s words."""
     demangled = symbol
     if shutil.which("c++filt"):  # binutils, beside the compiler that built the library
@@ -448,7 +407,10 @@ def _explain_undefined_symbol(symbol):
     mangled = re.match(r"_Z(\d+)", demangled)
     function = (demangled[len(mangled[0]):len(mangled[0]) + int(mangled[1])] if mangled
                 else re.match(r"[\w:]+", demangled).group(0).split("::")[-1])
-    naming = [name for name in ("kernel.cu", "binding.cpp") if function in _text(os.path.join(HERE, name))]
+    # The build's own sources, and the files they include: the lesson's two in a build
+    # that includes them (another folder's kernel.cu and binding.cpp do).
+    paths = [os.path.join(plan["folder"], name) for name in plan["sources"]] + list(plan["depends"])
+    naming = [path for path in paths if function in _text(path)]
     if len(naming) < 2:  # not one of this folder's functions: another libtorch's
         return (f"undefined symbol {demangled}", (
             f"day87: the library built but does not load: undefined symbol {demangled}. It was linked "
@@ -458,7 +420,8 @@ def _explain_undefined_symbol(symbol):
         f"day87: the library built but does not load: nothing defines {demangled}. binding.cpp "
         f"declares {function} near its top and kernel.cu defines it: the two must have the same "
         "parameter types in the same order, or the call links to a function that does not exist. "
-        f"Fix: make binding.cpp's declaration of {function} match its definition in kernel.cu."))
+        f"Fix: make binding.cpp's declaration of {function} match its definition in kernel.cu "
+        f"(in {plan['folder']})."))
 
 
 def _refuse_unless_private(*paths):
@@ -486,32 +449,39 @@ def _text(path):
         return file.read()
 
 
-def _refuse_second_day87(what_differs):
-    # registered_by is the op.py whose import registered day87 in this process (set
-    # at the end of this file): the one a user imported, whichever folder built the
-    # cached library it loaded.
-    served_by = getattr(torch.ops.day87, "registered_by", "an op.py imported earlier")
+def _refuse_second_library(namespace, module_file, what_differs):
+    # registered_by is the file whose import registered the namespace in this process
+    # (see register_once): the one a user imported, whichever folder built the cached
+    # library it loaded.
+    served_by = getattr(getattr(torch.ops, namespace), "registered_by", "a module imported earlier")
     raise RuntimeError(
-        f"day87: torch.ops.day87 is already served in this process by {served_by}. The op.py "
-        f"being imported, {__file__}, is not the same ({what_differs}), and a process holds "
-        "one day87 namespace. "
+        f"day87: torch.ops.{namespace} is already served in this process by {served_by}. The "
+        f"module being imported, {module_file}, is not the same ({what_differs}), and a process "
+        f"holds one {namespace} namespace. "
         "Fix: restart the Python process (the notebook kernel) and import one of them; to "
         "compare two lessons in one process, give the next one's namespace a name of its own.")
 
 
-def _load():
-    """Load the library once per process; build it first where needed."""
-    plan = build_plan()
+def load_extension(module_file, check_more=None, **extension):
+    """Load an extension once per process, building it first where needed, and
+    return its build plan. `extension` is build_plan's arguments (the lesson's by
+    default); `module_file` is the Python file that registers its fake and backward;
+    check_more(plan), where given, runs after the toolchain checks before a build."""
+    plan = build_plan(**extension)
+    namespace = plan["namespace"]
     loaded = [path for path in torch.ops.loaded_libraries
-              if os.path.basename(path) == f"{EXTENSION_NAME}.so"]
-    # A process holds one day87 namespace: a second library registering it would
+              if os.path.basename(path) == os.path.basename(plan["library"])]
+    # A process holds one library per namespace: a second one registering it would
     # abort the interpreter, and a second fake or backward is refused.
     if loaded and loaded[0] != plan["library"]:
-        _refuse_second_day87(f"its kernel.cu or binding.cpp differ from those of the loaded "
-                             f"library {loaded[0]}: it needs {plan['library']}")
-    registered_by = getattr(torch.ops.day87, "registered_by", __file__)  # set at the end of this file
-    if registered_by != __file__ and _text(registered_by) != _text(__file__):
-        _refuse_second_day87("its op.py differs, and with it the fake and the backward")
+        _refuse_second_library(namespace, module_file,
+                               f"its sources differ from those of the loaded library {loaded[0]}: "
+                               f"it needs {plan['library']}")
+    registered_by = getattr(getattr(torch.ops, namespace), "registered_by", module_file)
+    if registered_by != module_file and _text(registered_by) != _text(module_file):
+        _refuse_second_library(namespace, module_file,
+                               f"its {os.path.basename(module_file)} differs, and with it the fake "
+                               "and the backward")
     if loaded:
         return plan  # a reload, or a copy of identical sources: the same library
     if torch.version.cuda and not plan["with_cuda"]:
@@ -521,7 +491,7 @@ def _load():
         _say(f"no CUDA toolkit found ({where}): only the CPU implementation is built, and "
              f"calls on CUDA tensors will fail. Fix: {_toolkit_fix()}")
     if not os.path.exists(plan["done_marker"]):
-        _build(plan)
+        _build(plan, check_more)
     _refuse_unless_private(plan["directory"], plan["library"], plan["done_marker"])
     try:
         torch.ops.load_library(plan["library"])
@@ -531,10 +501,20 @@ def _load():
     return plan
 
 
-BUILD = _load()
-if isinstance(globals().get("_registrations"), torch.library.Library):
-    _registrations._destroy()  # importlib.reload(op): drop this module's old ones first
-_registrations = None  # where an identical op.py elsewhere registered the same ones
-if getattr(torch.ops.day87, "registered_by", __file__) == __file__:
-    _registrations = _register()
-    torch.ops.day87.registered_by = __file__  # for the process: which op.py serves day87
+def register_once(namespace, module_file, register, previous):
+    """register() (the module's Python registrations, owned by the Library it
+    returns) where module_file is the first in this process to serve namespace;
+    None where an identical copy already did. `previous`: this module's Library
+    from before an importlib.reload, dropped first."""
+    if isinstance(previous, torch.library.Library):
+        previous._destroy()
+    operators = getattr(torch.ops, namespace)
+    if getattr(operators, "registered_by", module_file) != module_file:
+        return None
+    library = register()
+    operators.registered_by = module_file  # for the process: which file serves the namespace
+    return library
+
+
+BUILD = load_extension(__file__)
+_registrations = register_once(NAMESPACE, __file__, _register, globals().get("_registrations"))

@@ -8,6 +8,10 @@ Checks 1 to 6 are the lesson's; 7 to 15 prove the rest of what it promises.
 Without a GPU the CUDA rows skip, the CPU rows still run, and the line before the
 last says that the kernel was not run. checks/self_test.py runs every row
 against a deliberately wrong operator and requires each to fail.
+
+Every check takes the operator under test (an Operator, below): the lesson's
+day87::wmma_mm unless another is given. Another operator that keeps the same
+contract runs this table with main(its Operator).
 """
 
 import argparse
@@ -18,6 +22,7 @@ if __name__ == "__main__":
     argparse.ArgumentParser(description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 
+import dataclasses  # noqa: E402
 import datetime  # noqa: E402
 import faulthandler  # noqa: E402
 import logging  # noqa: E402
@@ -37,6 +42,47 @@ from torch._subclasses.fake_tensor import FakeTensorMode, UnsupportedOperatorExc
 from torch.autograd.gradcheck import GradcheckError  # noqa: E402
 
 import op  # noqa: E402
+
+
+# ---------------------------------------------------------------------------
+# The operator under test
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Operator:
+    """What the table checks, and where a failure's fix goes."""
+    wrapper: object      # the Python function users call: a, b -> c
+    name: str            # its qualified name, "namespace::wmma_mm": the profiler shows it
+    kernel: str          # part of the name of the kernel its forward launches
+    build: dict          # what op.load_extension returned for its library
+    python_file: str     # the file that registers its fake and backward (op.py's _register)
+    bias: object = None  # check 6's operator; None: this namespace's wmma_mm_bias, where registered
+
+    @property
+    def namespace(self):
+        return self.name.split("::")[0]
+
+    @property
+    def overload(self):  # torch.ops.namespace.wmma_mm.default, for opcheck
+        return getattr(getattr(torch.ops, self.namespace), self.name.split("::")[1]).default
+
+    @property
+    def bias_op(self):  # the exercise's operator, or None where there is none yet
+        return self.bias or getattr(getattr(torch.ops, self.namespace), "wmma_mm_bias", None)
+
+    @property
+    def python_name(self):  # "op.py": where a student looks for _register
+        return os.path.basename(self.python_file)
+
+    @property
+    def folder(self):
+        return os.path.dirname(os.path.abspath(self.python_file))
+
+    def with_wrapper(self, wrapper):  # the same operator called through another function
+        return dataclasses.replace(self, wrapper=wrapper)
+
+
+LESSON = Operator(wrapper=op.wmma_mm, name="day87::wmma_mm", kernel="wmmaGemmKernel", build=op.BUILD,
+                  python_file=op.__file__)
 
 
 # ---------------------------------------------------------------------------
@@ -83,11 +129,11 @@ def run_table(rows, notes=()):
     return counts["FAIL"] == 0
 
 
-def why_no_kernel():
-    """Why the CUDA kernel cannot run here, or None when it can."""
+def why_no_kernel(operator=LESSON):
+    """Why the operator's CUDA kernel cannot run here, or None when it can."""
     if not torch.cuda.is_available():
         return "no GPU visible"
-    if not op.BUILD["with_cuda"]:
+    if not operator.build["with_cuda"]:
         return "the extension was built without its CUDA part"
     return None
 
@@ -103,9 +149,9 @@ BROKEN_CONTEXT_HINT = (
     "storeOutputs in kernel.cu may add operands.bias only where it is set.")
 
 
-def require_gpu(count=1):
-    if why_no_kernel():
-        raise Skip(why_no_kernel())
+def require_gpu(operator, count=1):
+    if why_no_kernel(operator):
+        raise Skip(why_no_kernel(operator))
     if BROKEN_CONTEXT:
         raise Fail(f"not run: a kernel in row '{BROKEN_CONTEXT[0]}' faulted and broke the CUDA context; fix that first")
     if torch.cuda.device_count() < count:
@@ -158,25 +204,8 @@ def error_ratio(result, a, b, extra=None, rounded_left=False):
     return ((result64 - reference).abs() / bound).max().item()
 
 
-def forward_on_gpu(mm, m, n, k, bias=False):
-    """mm on fresh FP16 inputs against float64; returns the % of the bound used."""
-    require_gpu()
-    a, b = fresh(m, k, dtype=torch.half, device="cuda"), fresh(k, n, dtype=torch.half, device="cuda")
-    extra = fresh(n, dtype=torch.float32, device="cuda") if bias else None
-    # Freed NaNs of the output's size: the caching allocator hands the operator
-    # this memory, so an element the kernel never writes stays NaN.
-    torch.full((m, n), math.nan, dtype=torch.float32, device="cuda")
-    c = mm(a, b) if extra is None else mm(a, b, extra)
-    torch.cuda.synchronize()
-    require(c.dtype == torch.float32 and c.device == a.device,
-            f"output is {c.dtype} on {c.device}, expected torch.float32 on {a.device}")
-    ratio = error_ratio(c, a, b, extra)
-    require(ratio <= 1.0, f"error is {100 * ratio:.1f}% of the bound")
-    return f"{100 * ratio:.1f}% of bound"
-
-
 # ---------------------------------------------------------------------------
-# The checks. Each takes the operator it checks as `mm`, so that
+# The checks, in the table's order. Each takes the Operator it checks, so that
 # checks/self_test.py can hand it a deliberately wrong one and watch it fail.
 # ---------------------------------------------------------------------------
 def expect_raise(mm, a, b, rule):
@@ -211,70 +240,302 @@ def contract_calls(device):
             (flat[1:].view(128, 16), fresh(16, 128, dtype=half, device=gpu), "alignment")]
 
 
-def check_contract(mm, device):
+def check_contract(operator, device):
     """Failure modes: a rule that is not checked returns garbage (a transposed view
     read row-major) or faults (a misaligned 16-byte copy): a return, not a raise."""
     if device == "cuda":
-        require_gpu()
+        require_gpu(operator)
     calls = contract_calls(device)
     for a, b, rule in calls:
-        expect_raise(mm, a, b, rule)
+        expect_raise(operator.wrapper, a, b, rule)
     if device == "cuda":  # after the errors, the CUDA context must still work
-        forward_on_gpu(mm, op.TILE_M, op.TILE_N, op.TILE_K)
+        forward_on_gpu(operator.wrapper, op.TILE_M, op.TILE_N, op.TILE_K)
     return f"{len(calls)} calls raised, each naming its rule" + ("; a valid call still works" if device == "cuda" else "")
 
 
-def check_opcheck(device):
+def check_forward(operator, m, n, k):
+    require_gpu(operator)
+    return forward_on_gpu(operator.wrapper, m, n, k)
+
+
+def forward_on_gpu(mm, m, n, k, bias=False):
+    """mm on fresh FP16 inputs against float64; returns the % of the bound used.
+    The caller has checked that a GPU is there (require_gpu)."""
+    a, b = fresh(m, k, dtype=torch.half, device="cuda"), fresh(k, n, dtype=torch.half, device="cuda")
+    extra = fresh(n, dtype=torch.float32, device="cuda") if bias else None
+    # Freed NaNs of the output's size: the caching allocator hands the operator
+    # this memory, so an element the kernel never writes stays NaN.
+    torch.full((m, n), math.nan, dtype=torch.float32, device="cuda")
+    c = mm(a, b) if extra is None else mm(a, b, extra)
+    torch.cuda.synchronize()
+    require(c.dtype == torch.float32 and c.device == a.device,
+            f"output is {c.dtype} on {c.device}, expected torch.float32 on {a.device}")
+    ratio = error_ratio(c, a, b, extra)
+    require(ratio <= 1.0, f"error is {100 * ratio:.1f}% of the bound")
+    return f"{100 * ratio:.1f}% of bound"
+
+
+def check_opcheck(operator, device):
     if device == "cuda":
-        require_gpu()
+        require_gpu(operator)
         a, b = fresh(128, 32, dtype=torch.half, device="cuda"), fresh(32, 256, dtype=torch.half, device="cuda")
     else:
         a, b = fresh(4, 3, dtype=torch.float64), fresh(3, 5, dtype=torch.float64)
     a.requires_grad_(), b.requires_grad_()
-    results = torch.library.opcheck(torch.ops.day87.wmma_mm.default, (a, b), raise_exception=False)
+    results = torch.library.opcheck(operator.overload, (a, b), raise_exception=False)
     failed = {test: outcome for test, outcome in results.items() if outcome != "SUCCESS"}
     require(not failed, f"opcheck failed: {failed}")
     return ", ".join(sorted(results))
 
 
-def check_gradcheck(mm):
+def check_gradcheck(operator):
     a, b = fresh(4, 3, dtype=torch.float64, requires_grad=True), fresh(3, 5, dtype=torch.float64, requires_grad=True)
     try:
-        torch.autograd.gradcheck(mm, (a, b))
+        torch.autograd.gradcheck(operator.wrapper, (a, b))
     except GradcheckError as error:
         raise Fail(f"gradcheck: {str(error).splitlines()[0]}") from None
     return "analytical and numerical Jacobians agree"
 
 
-class WrongGradA(torch.autograd.Function):
-    """The older autograd.Function recipe, with a formula that is wrong by 1%."""
+def wrong_grad_a(operator):
+    """The operator through the older autograd.Function recipe, with a formula that
+    is wrong by 1%."""
+    class WrongGradA(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return operator.overload(a, b)
 
-    @staticmethod
-    def forward(ctx, a, b):
-        ctx.save_for_backward(a, b)
-        return torch.ops.day87.wmma_mm(a, b)
+        @staticmethod
+        def backward(ctx, grad):
+            a, b = ctx.saved_tensors
+            return 1.01 * (grad @ b.t()), a.t() @ grad
 
-    @staticmethod
-    def backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        return 1.01 * (grad @ b.t()), a.t() @ grad
+    return WrongGradA.apply
 
 
-def check_gradcheck_rejects():
+def check_gradcheck_rejects(operator):
     try:
-        check_gradcheck(WrongGradA.apply)
+        check_gradcheck(operator.with_wrapper(wrong_grad_a(operator)))
     except Fail:
         return "GradcheckError raised for grad_a scaled by 1.01"
     raise Fail("gradcheck accepted a grad_a scaled by 1.01: it would accept anything")
 
 
-def check_autograd(mm, device):
+# ---------------------------------------------------------------------------
+# Check 6: the exercise, wmma_mm_bias
+# ---------------------------------------------------------------------------
+def jacobian_mismatches(fn, inputs, names, epsilon=1e-6, limit=4):
+    """Analytical (backward) against numerical (central difference) Jacobians of
+    fn at float64 inputs: one line per input whose Jacobians disagree, naming the
+    worst entries d out[i][j] / d input[index]."""
+    inputs = [x.detach().requires_grad_() for x in inputs]
+    out = fn(*inputs)
+    problems = [] if out.grad_fn else ["the output has no grad_fn: no backward is registered"]
+    for which, (x, name) in enumerate(zip(inputs, names)):
+        def moved(step, element):
+            shifted = [t.detach().clone() for t in inputs]
+            shifted[which].view(-1)[element] += step
+            return fn(*shifted).reshape(-1)
+
+        numerical = torch.stack([(moved(epsilon, e) - moved(-epsilon, e)) / (2 * epsilon)
+                                 for e in range(x.numel())], dim=1)
+        analytical = torch.zeros_like(numerical)
+        for o in range(out.numel() if out.grad_fn else 0):
+            analytical[o] = torch.autograd.grad(out.reshape(-1)[o], x, retain_graph=True, allow_unused=True,
+                                                materialize_grads=True)[0].reshape(-1)
+        error = (analytical - numerical).abs()
+        wrong = error > 1e-5 + 1e-3 * numerical.abs()
+        if wrong.any():
+            worst = sorted(wrong.nonzero().tolist(), key=lambda entry: -error[tuple(entry)])[:limit]
+            entries = [f"d out[{o // out.shape[1]}][{o % out.shape[1]}]/d {name}"
+                       f"{list(divmod(e, x.shape[1])) if x.dim() == 2 else [e]}: "
+                       f"analytical {analytical[o, e]:.4g}, numerical {numerical[o, e]:.4g}" for o, e in worst]
+            problems.append(f"{name}: {int(wrong.sum())} of {wrong.numel()} Jacobian entries wrong, e.g. "
+                            + "; ".join(entries))
+    return problems
+
+
+def where_raised(operator, error):
+    """' (op.py:123, in _backward_bias)': the innermost line that the error passed
+    through in a file of the operator's folder other than this one (its Python
+    file, mostly), or ''."""
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if os.path.dirname(os.path.abspath(frame.filename)) == operator.folder
+              and os.path.abspath(frame.filename) != os.path.abspath(__file__)]
+    return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
+
+
+def raised(operator, what, error, hint=""):
+    """A failure for an exception from the student's code: its type, first line and place."""
+    first_line = (str(error).splitlines() or [""])[0]
+    return Fail(f"{what} raised {type(error).__name__}{where_raised(operator, error)}: {first_line}"
+                + (hint and f"\n{hint}"))
+
+
+def require_implementation(operator, bias_op, key):
+    """The schema is there (check 6 found the op); a kernel for `key` must be too."""
+    name = bias_op._qualified_op_name
+    if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+        return
+    # An m.impl whose name has no schema loads without an error: name it.
+    dangling = [found for impl in torch._C._dispatch_find_dangling_impls()
+                for found in re.findall(rf"name: ({operator.namespace}\w*::\w+)", impl)]
+    block = f"TORCH_LIBRARY_IMPL({name.split('::')[0]}, {key}, m)"
+    raise Fail(f"{name} has a schema but no {key} implementation. Fix: in binding.cpp's {block}, "
+               f'm.impl("{name.split("::")[1]}", ...), the name spelled as in the schema'
+               + (f"; these implementations name no schema: {'; '.join(dangling)}" if dangling else ""))
+
+
+def exercise_forward(operator, bias_op):
+    require_implementation(operator, bias_op, "CPU")
+    # Both a non-square and a square shape: with M != N a bias broadcast along
+    # the wrong axis raises; with M == N it silently adds the wrong values.
+    for m, k, n in [(3, 4, 5), (5, 4, 5)]:
+        a, b, bias = fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64)
+        try:
+            c = bias_op(a, b, bias)
+        except Exception as error:
+            raise raised(operator, f"{m}x{k}x{n}: the forward", error) from None
+        ratio = error_ratio(c, a, b, bias)
+        require(ratio <= 1.0, f"{m}x{k}x{n}: the forward disagrees with a @ b + bias "
+                              f"({ratio:.3g} x the float64 bound)")
+    return "agrees with a @ b + bias at 3x4x5 and 5x4x5"
+
+
+# The usual cause of a backward that raises: setup_context saved other tensors, or
+# another number of them, than the backward unpacks.
+SAVED_TENSORS_HINT = ("In {file}, setup_context saves and the backward unpacks ctx.saved_tensors: the same "
+                      "tensors in the same order (wmma_mm's _backward unpacks a, b as _setup_context saves them).")
+
+
+NO_BACKWARD = ("no backward is registered for {name}: on the CPU autograd records the float64 kernel's "
+               "own ATen ops and only warns, on CUDA the gradients stay None, the lesson's pitfall "
+               "'training runs, but the loss does not move'. Fix: in {file}'s _register, "
+               'torch.library.register_autograd("{name}", backward, setup_context=..., lib=library)')
+
+
+def exercise_gradient(operator, bias_op):
+    name = bias_op._qualified_op_name
+    # The registration first: autograd's fallback records a CPU kernel built from
+    # ATen ops (at::addmm), so the Jacobians below agree even with no backward.
+    inputs = [fresh(*shape, dtype=torch.float64, requires_grad=True) for shape in ((3, 4), (4, 5), (5,))]
+    registration = torch.library.opcheck(bias_op.default, tuple(inputs), raise_exception=False,
+                                         test_utils=("test_autograd_registration",))["test_autograd_registration"]
+    require(registration == "SUCCESS", NO_BACKWARD.format(name=name, file=operator.python_name))
+    # A square output, so that a gradient summed over the wrong axis has the right
+    # shape and shows up as wrong Jacobian entries rather than a shape error.
+    m, k, n = 4, 3, 4
+    inputs = (fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64))
+    try:
+        problems = jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
+    except Exception as error:
+        raise raised(operator, "the backward (or its setup_context)", error,
+                     SAVED_TENSORS_HINT.format(file=operator.python_name)) from None
+    require(not problems, "\n".join(problems))
+    return "registered; gradcheck-style Jacobians agree for a, b and bias"
+
+
+NO_FAKE = ("no fake implementation is registered for {name}: torch.compile cannot trace it and splits "
+           "the graph there, the lesson's pitfall 'torch.compile gets slower'. Fix: in {file}'s _register, "
+           'torch.library.register_fake("{name}", fake, lib=library)')
+
+
+def exercise_fake(operator, bias_op):
+    name = bias_op._qualified_op_name
+    a, b, bias = fresh(3, 4, dtype=torch.float64), fresh(4, 5, dtype=torch.float64), fresh(5, dtype=torch.float64)
+    try:
+        bias_op(a, b, bias)
+    except Exception as error:
+        raise Skip(f"the forward raises at 3x4x5 ({type(error).__name__}), so there is no "
+                   "real output to compare the fake with: fix the forward first") from None
+    # CUDA's dtypes first, on fake CUDA tensors: no GPU needed. On the CPU float64 in
+    # is float64 out, so a fake that returns the input's dtype passes opcheck below
+    # and plans FP16 here, where the kernel writes FP32.
+    m, k, n = 2 * op.TILE_M, 3 * op.TILE_K, 3 * op.TILE_N
+    seen = f"fake CUDA tensors ({m}x{k} @ {k}x{n} torch.float16, bias {n} torch.float32)"
+    try:
+        with FakeTensorMode():
+            out = bias_op(torch.empty(m, k, dtype=torch.half, device="cuda"),
+                          torch.empty(k, n, dtype=torch.half, device="cuda"), torch.empty(n, device="cuda"))
+            shape, dtype = tuple(out.shape), out.dtype
+    except UnsupportedOperatorException:
+        raise Fail(NO_FAKE.format(name=name, file=operator.python_name)) from None
+    except Exception as error:
+        raise raised(operator, f"the fake, on {seen},", error) from None
+    require(shape == (m, n) and dtype == torch.float32,
+            f"on {seen} the fake gives {'x'.join(map(str, shape))} {dtype}, the kernel {m}x{n} torch.float32: "
+            f"in {operator.python_name}'s fake the output is M x N and its dtype the accumulate dtype, "
+            "accumulate_dtype(a.dtype), not the input's")
+    results = torch.library.opcheck(bias_op.default, (a, b, bias),
+                                    test_utils=("test_schema", "test_faketensor"), raise_exception=False)
+    failed = {test: outcome for test, outcome in results.items() if outcome != "SUCCESS"}
+    require(not failed, "cpu f64: " + "; ".join(f"{test}: {str(outcome).splitlines()[0]}"
+                                                for test, outcome in failed.items()))
+    return "fake CUDA f16 in, f32 out; opcheck test_schema, test_faketensor"
+
+
+def exercise_cuda_forward(operator, bias_op):
+    require_gpu(operator)
+    require_implementation(operator, bias_op, "CUDA")
+    return ", ".join(forward_on_gpu(bias_op, *shape, bias=True)
+                     for shape in ((256, 512, 384), (512, 1024, 128)))
+
+
+def exercise_cuda_gradient(operator, bias_op):
+    """The gradients of a, b and bias through the CUDA kernel against float64: the
+    CPU rows differentiate the float64 path, which autograd may trace by itself."""
+    require_gpu(operator)
+    require_implementation(operator, bias_op, "CUDA")
+    m, k, n = 256, 384, 512  # the lesson's first shape: K is split on a card with many SMs
+    inputs = [fresh(*shape, dtype=dtype, device="cuda", requires_grad=True)
+              for shape, dtype in (((m, k), torch.half), ((k, n), torch.half), ((n,), torch.float32))]
+    grad = fresh(m, n, dtype=torch.float32, device="cuda")
+    try:
+        bias_op(*inputs).backward(grad)
+    except Exception as error:
+        raise raised(operator, "the CUDA forward and backward", error,
+                     SAVED_TENSORS_HINT.format(file=operator.python_name)) from None
+    wide = [t.detach().double().cpu().requires_grad_() for t in inputs]
+    torch.addmm(wide[2], wide[0], wide[1]).backward(grad.double().cpu())
+    # As in check 7: FP16 inputs and gradients (2^-11 each) and FP32 sums, about
+    # 1e-3 in norm. A missing or wrong formula is off by order 1.
+    for name, got, expected in zip(("a", "b", "bias"), inputs, wide):
+        require(got.grad is not None, f"grad of {name} is None after backward on CUDA: "
+                                      + NO_BACKWARD.format(name=bias_op._qualified_op_name,
+                                                           file=operator.python_name).split(": ", 1)[0])
+        error = (got.grad.double().cpu() - expected.grad).norm() / expected.grad.norm()
+        require(error <= 1e-2, f"grad of {name} on CUDA is off by {error:.2e} in norm (bound 1e-2)")
+    return "grads of a, b and bias match float64"
+
+
+def no_exercise_yet():
+    raise Skip("no such operator registered yet")
+
+
+def exercise_rows(operator=LESSON):
+    """Check 6's rows for operator.bias_op: its namespace's wmma_mm_bias unless the
+    Operator names another (checks/self_test.py hands it deliberately wrong ones)."""
+    bias_op = operator.bias_op
+    if bias_op is None:
+        return [("6 exercise: wmma_mm_bias", f"torch.ops.{operator.namespace}.wmma_mm_bias", no_exercise_yet)]
+    return [(name, compares, lambda check=check: check(operator, bias_op)) for name, compares, check in (
+        ("6 exercise: forward", "a @ b + bias (added to every row), cpu f64", exercise_forward),
+        ("6 exercise: gradient", "backward registered; Jacobians vs numerical", exercise_gradient),
+        ("6 exercise: fake", "fake's shape, dtype: cpu f64, fake cuda f16", exercise_fake),
+        ("6 exercise: cuda forward", "both lesson shapes, f16 in, f32 out vs float64", exercise_cuda_forward),
+        ("6 exercise: cuda gradient", "grads of a, b, bias through the kernel vs f64", exercise_cuda_gradient),
+    )]
+
+
+def check_autograd(operator, device):
     """Gradients for every way a caller asks, only a, only b, both, for parameters
     before and after the op, against float64. Failure modes: with no backward the
     output has no grad_fn, and upstream parameters keep grad None while training
     runs; a backward that saves or unpacks a and b in the wrong order fails one."""
+    mm = operator.wrapper
     if device == "cuda":
-        require_gpu()
+        require_gpu(operator)
     # On CUDA, FP16 rounding of inputs and gradients (2^-11 each) and FP32 sums:
     # about 1e-3 in norm. A missing or wrong formula is off by order 1.
     (m, k, n, dtype), tolerance = (((128, 32, 256, torch.half), 1e-2) if device == "cuda"
@@ -297,17 +558,18 @@ def check_autograd(mm, device):
     return "only a, only b, both: every gradient matches float64"
 
 
-def check_compile(mm, device):
+def check_compile(operator, device):
     """fullgraph=True, forward and backward, static and dynamic shapes, equal to
     eager; then each rule the fake sees fails as in eager. Failure modes: with no
     fake Dynamo cannot trace the call (with fullgraph=True that raises, without it
     the graph splits); a fake's bare torch._check says only "Expected cond to be
     True"; a TypeError in a fake prints a wall of log before the error."""
+    mm = operator.wrapper
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
 
     if device == "cuda":
-        require_gpu()
+        require_gpu(operator)
     # Distinct M, K and N: Dynamo gives equal sizes one symbol ("duck sizing"),
     # and a later call where they differ would recompile.
     dtype, shapes = ((torch.half, [(128, 32, 256), (256, 64, 384)]) if device == "cuda"
@@ -355,46 +617,13 @@ def check_compile(mm, device):
     return "; ".join(report) + f"; equal to eager; {len(calls)} rules fail with eager's message, no log"
 
 
-def check_backward_accuracy(mm):
-    """grad_a and grad_b from FP32 gradients of several kinds against float64, within
-    error_ratio's bound for an FP16-rounded, power-of-two-scaled grad, and no worse
-    than the fp16 autocast path (grad cast to FP16 as it is). Small gradients
-    first: a backward that keeps the scale of an earlier call overflows on the
-    randn ones. Failure modes: grad cast to FP16 unscaled loses values under 6e-5;
-    a scale derived from the signed maximum overflows on gradients that are all
-    negative; a largest-magnitude pass that misses the first element, or the last
-    block's rows, overflows where the largest value sits there."""
-    require_gpu()
-    m, k, n = 256, 384, 512
-    report = []
-    for regime in ("1e-7..1e-5", "randn", "all positive", "all negative", "largest first", "largest last"):
-        a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
-        b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
-        grad = torch.randn(m, n, device="cuda")
-        if regime == "1e-7..1e-5":
-            grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
-        elif regime.startswith("all"):
-            grad = grad.abs() * (1 if regime == "all positive" else -1)
-        elif regime.startswith("largest"):  # 64 times the rest, in the first or the last element
-            grad.view(-1)[0 if regime == "largest first" else -1] = 64 * grad.abs().max()
-        mm(a, b).backward(grad)
-        worst = max(error_ratio(a.grad, grad, b.t(), rounded_left=True),
-                    error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
-        require(worst <= 1.0, f"{regime}: {100 * worst:.3g}% of the bound")
-        reference = grad.double() @ b.double().t()
-        error, fp16_error = ((g.double() - reference).norm() / reference.norm() for g in (a.grad, grad.half() @ b.t()))
-        require(error <= 1.02 * fp16_error, f"{regime}: relative error {error:.2e}, fp16 path {fp16_error:.2e}")
-        report.append(f"{regime}: {100 * worst:.1f}%" + (f" of bound, {error:.1e} (fp16 path {fp16_error:.1e})"
-                                                          if len(report) < 2 else ""))
-    return "; ".join(report)
-
-
-def check_stream_order(mm):
+def check_stream_order(operator):
     """Inputs written on a side stream after slow work, the op called on that
     stream with no synchronization. Failure mode: a kernel launched on any other
     stream (the legacy default one, say) runs during the sleep and reads the stale
     values, so the result matches the old inputs instead of the new ones."""
-    require_gpu()
+    mm = operator.wrapper
+    require_gpu(operator)
     m = n = k = 256
     a, b = fresh(m, k, dtype=torch.half, device="cuda"), fresh(k, n, dtype=torch.half, device="cuda")
     new_a, new_b = fresh(m, k, dtype=torch.half, device="cuda"), fresh(k, n, dtype=torch.half, device="cuda")
@@ -412,48 +641,12 @@ def check_stream_order(mm):
     return f"{100 * ratio:.1f}% of bound after a 50 ms producer"
 
 
-def check_cuda_graph(mm):
-    """Forward and backward captured once, replayed on new values and gradients
-    of other magnitudes. Failure modes: an op or backward that synchronizes or
-    reads a value back cannot be captured; one that launches off the capturing
-    stream, or keeps a scale from capture time, replays stale or overflowed results."""
-    require_gpu()
-    # The lesson's first shape: on a card with many SMs the launcher splits its K,
-    # so the split's workspace and second kernel (on sm_90 launched early, as the
-    # multiply's dependent) are captured too.
-    a = fresh(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
-    b = fresh(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
-    grad = fresh(256, 512, dtype=torch.float32, device="cuda")
-    warmup = torch.cuda.Stream()
-    warmup.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(warmup):
-        mm(a, b).backward(grad)
-    torch.cuda.current_stream().wait_stream(warmup)
-    a.grad = b.grad = None  # the capture allocates them, and each replay rewrites them
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        c = mm(a, b)
-        c.backward(grad)
-    worst = 0.0
-    for magnitude in (1e-6, 1.0, 30.0):  # 30: grad_a stays inside FP16's range
-        with torch.no_grad():
-            a.copy_(fresh(*a.shape, dtype=torch.half))
-            b.copy_(fresh(*b.shape, dtype=torch.half))
-            grad.copy_(magnitude * fresh(*grad.shape, dtype=torch.float32))
-            c.fill_(math.nan)  # a replay that writes nothing leaves NaN
-        graph.replay()
-        torch.cuda.synchronize()
-        worst = max(worst, error_ratio(c, a, b), error_ratio(a.grad, grad, b.t(), rounded_left=True),
-                    error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
-        require(worst <= 1.0, f"replay with gradients of {magnitude:g}: {100 * worst:.3g}% of bound")
-    return f"3 replays, gradients 1e-6 to 30, worst {100 * worst:.1f}% of bound"
-
-
-def check_profiler(mm):
+def check_profiler(operator):
     """The next lesson reads this profile. Failure mode: a call that is not the
-    registered op (a raw kernel wrapper, or plain torch.mm) has no day87::wmma_mm
-    event, and a kernel launched outside the op is not attributed to it."""
-    require_gpu()
+    registered op (a raw kernel wrapper, or plain torch.mm) has no event of the
+    operator's name, and a kernel launched outside the op is not attributed to it."""
+    mm = operator.wrapper
+    require_gpu(operator)
     from torch.profiler import ProfilerActivity, profile
 
     a, b = fresh(256, 128, dtype=torch.half, device="cuda"), fresh(128, 512, dtype=torch.half, device="cuda")
@@ -464,26 +657,27 @@ def check_profiler(mm):
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
             mm(a, b)
             torch.cuda.synchronize()
-    op_events = [e for e in profiler.events() if e.name == "day87::wmma_mm"]
-    require(op_events, "no day87::wmma_mm event in the profile")
+    op_events = [e for e in profiler.events() if e.name == operator.name]
+    require(op_events, f"no {operator.name} event in the profile")
 
     def kernels_under(event):
         return [k.name for k in event.kernels] + [name for child in event.cpu_children for name in kernels_under(child)]
 
     kernels = [name for e in op_events for name in kernels_under(e)]
-    require(any("wmmaGemmKernel" in name for name in kernels),
-            f"no wmmaGemmKernel attributed to day87::wmma_mm (its kernels: {kernels})")
-    return "day87::wmma_mm -> wmmaGemmKernel"
+    require(any(operator.kernel in name for name in kernels),
+            f"no {operator.kernel} attributed to {operator.name} (its kernels: {kernels})")
+    return f"{operator.name} -> {operator.kernel}"
 
 
-def check_no_host_sync(mm):
+def check_no_host_sync(operator):
     """The forward, then the backward, must return while the GPU is still busy.
     Failure modes: a .item(), a print of a CUDA value or a stream synchronize
     through PyTorch raises under sync debug mode 'error'; that mode does not see
     torch.cuda.synchronize() or a cudaDeviceSynchronize() inside an extension, so
     each call is also queued behind GPU sleep on the current stream, and a call
     that waited for the GPU in any way returns only after the sleep has ended."""
-    require_gpu()
+    mm = operator.wrapper
+    require_gpu(operator)
     a = fresh(128, 64, dtype=torch.half, device="cuda", requires_grad=True)
     b = fresh(64, 256, dtype=torch.half, device="cuda", requires_grad=True)
     grad = fresh(128, 256, dtype=torch.float32, device="cuda")
@@ -518,12 +712,72 @@ def check_no_host_sync(mm):
 SLEEP_CYCLES = 200_000_000
 
 
-def check_double_backward(mm, device):
+def check_device_guard(operator):
+    """Called from a thread whose current device is 0 on inputs on cuda:1. Failure
+    mode: without the CUDAGuard, at::empty allocates on the current device, cuda:0,
+    and the launch pairs a cuda:1 stream with the wrong device: the output comes
+    back on cuda:0 (or the launch fails) and the row reports which."""
+    mm = operator.wrapper
+    require_gpu(operator, count=2)
+    torch.cuda.set_device(0)
+    a = fresh(256, 128, dtype=torch.half, device="cuda:1", requires_grad=True)
+    b = fresh(128, 512, dtype=torch.half, device="cuda:1", requires_grad=True)
+    c = mm(a, b)
+    require(c.device == a.device, f"output on {c.device}, inputs on {a.device}")
+    require(torch.cuda.current_device() == 0,
+            f"current device is {torch.cuda.current_device()} after the call, was 0")
+    ratio = error_ratio(c, a, b)
+    require(ratio <= 1.0, f"error is {100 * ratio:.3g}% of the bound")
+    c.backward(torch.ones_like(c))
+    require(a.grad.device == a.device and b.grad.device == b.device,
+            f"gradients on {a.grad.device} and {b.grad.device}")
+    require(torch.cuda.current_device() == 0, "current device changed by the backward")
+    expect_raise(mm, fresh(256, 128, dtype=torch.half, device="cuda:0"), b.detach(), "one device")
+    return f"output and gradients on cuda:1, {100 * ratio:.1f}% of bound, current device still 0"
+
+
+def check_backward_accuracy(operator):
+    """grad_a and grad_b from FP32 gradients of several kinds against float64, within
+    error_ratio's bound for an FP16-rounded, power-of-two-scaled grad, and no worse
+    than the fp16 autocast path (grad cast to FP16 as it is). Small gradients
+    first: a backward that keeps the scale of an earlier call overflows on the
+    randn ones. Failure modes: grad cast to FP16 unscaled loses values under 6e-5;
+    a scale derived from the signed maximum overflows on gradients that are all
+    negative; a largest-magnitude pass that misses the first element, or the last
+    block's rows, overflows where the largest value sits there."""
+    mm = operator.wrapper
+    require_gpu(operator)
+    m, k, n = 256, 384, 512
+    report = []
+    for regime in ("1e-7..1e-5", "randn", "all positive", "all negative", "largest first", "largest last"):
+        a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
+        b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
+        grad = torch.randn(m, n, device="cuda")
+        if regime == "1e-7..1e-5":
+            grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
+        elif regime.startswith("all"):
+            grad = grad.abs() * (1 if regime == "all positive" else -1)
+        elif regime.startswith("largest"):  # 64 times the rest, in the first or the last element
+            grad.view(-1)[0 if regime == "largest first" else -1] = 64 * grad.abs().max()
+        mm(a, b).backward(grad)
+        worst = max(error_ratio(a.grad, grad, b.t(), rounded_left=True),
+                    error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
+        require(worst <= 1.0, f"{regime}: {100 * worst:.3g}% of the bound")
+        reference = grad.double() @ b.double().t()
+        error, fp16_error = ((g.double() - reference).norm() / reference.norm() for g in (a.grad, grad.half() @ b.t()))
+        require(error <= 1.02 * fp16_error, f"{regime}: relative error {error:.2e}, fp16 path {fp16_error:.2e}")
+        report.append(f"{regime}: {100 * worst:.1f}%" + (f" of bound, {error:.1e} (fp16 path {fp16_error:.1e})"
+                                                          if len(report) < 2 else ""))
+    return "; ".join(report)
+
+
+def check_double_backward(operator, device):
     """Second derivatives, as a gradient penalty or a Hessian-vector product takes
     them (create_graph=True). On the CPU, gradgradcheck in float64; on CUDA, the
     gradient of a function of the first gradients against float64. Failure modes:
     a backward built from operations autograd cannot differentiate (out= products,
     anything under no_grad) raises there or gives no second derivative."""
+    mm = operator.wrapper
     if device == "cpu":
         a, b = (fresh(4, 3, dtype=torch.float64, requires_grad=True),
                 fresh(3, 5, dtype=torch.float64, requires_grad=True))
@@ -532,7 +786,7 @@ def check_double_backward(mm, device):
         except GradcheckError as error:
             raise Fail(f"gradgradcheck: {str(error).splitlines()[0]}") from None
         return "gradgradcheck: second derivatives agree with numerical ones"
-    require_gpu()
+    require_gpu(operator)
     m, k, n = 128, 32, 256
     a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
     b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
@@ -558,285 +812,100 @@ def check_double_backward(mm, device):
     return "second derivatives for a and b match float64"
 
 
-def check_device_guard(mm):
-    """Called from a thread whose current device is 0 on inputs on cuda:1. Failure
-    mode: without the CUDAGuard, at::empty allocates on the current device, cuda:0,
-    and the launch pairs a cuda:1 stream with the wrong device: the output comes
-    back on cuda:0 (or the launch fails) and the row reports which."""
-    require_gpu(count=2)
-    torch.cuda.set_device(0)
-    a = fresh(256, 128, dtype=torch.half, device="cuda:1", requires_grad=True)
-    b = fresh(128, 512, dtype=torch.half, device="cuda:1", requires_grad=True)
-    c = mm(a, b)
-    require(c.device == a.device, f"output on {c.device}, inputs on {a.device}")
-    require(torch.cuda.current_device() == 0,
-            f"current device is {torch.cuda.current_device()} after the call, was 0")
-    ratio = error_ratio(c, a, b)
-    require(ratio <= 1.0, f"error is {100 * ratio:.3g}% of the bound")
-    c.backward(torch.ones_like(c))
-    require(a.grad.device == a.device and b.grad.device == b.device,
-            f"gradients on {a.grad.device} and {b.grad.device}")
-    require(torch.cuda.current_device() == 0, "current device changed by the backward")
-    expect_raise(mm, fresh(256, 128, dtype=torch.half, device="cuda:0"), b.detach(), "one device")
-    return f"output and gradients on cuda:1, {100 * ratio:.1f}% of bound, current device still 0"
-
-
-# ---------------------------------------------------------------------------
-# Check 6: the exercise, day87::wmma_mm_bias
-# ---------------------------------------------------------------------------
-def jacobian_mismatches(fn, inputs, names, epsilon=1e-6, limit=4):
-    """Analytical (backward) against numerical (central difference) Jacobians of
-    fn at float64 inputs: one line per input whose Jacobians disagree, naming the
-    worst entries d out[i][j] / d input[index]."""
-    inputs = [x.detach().requires_grad_() for x in inputs]
-    out = fn(*inputs)
-    problems = [] if out.grad_fn else ["the output has no grad_fn: no backward is registered"]
-    for which, (x, name) in enumerate(zip(inputs, names)):
-        def moved(step, element):
-            shifted = [t.detach().clone() for t in inputs]
-            shifted[which].view(-1)[element] += step
-            return fn(*shifted).reshape(-1)
-
-        numerical = torch.stack([(moved(epsilon, e) - moved(-epsilon, e)) / (2 * epsilon)
-                                 for e in range(x.numel())], dim=1)
-        analytical = torch.zeros_like(numerical)
-        for o in range(out.numel() if out.grad_fn else 0):
-            analytical[o] = torch.autograd.grad(out.reshape(-1)[o], x, retain_graph=True, allow_unused=True,
-                                                materialize_grads=True)[0].reshape(-1)
-        error = (analytical - numerical).abs()
-        wrong = error > 1e-5 + 1e-3 * numerical.abs()
-        if wrong.any():
-            worst = sorted(wrong.nonzero().tolist(), key=lambda entry: -error[tuple(entry)])[:limit]
-            entries = [f"d out[{o // out.shape[1]}][{o % out.shape[1]}]/d {name}"
-                       f"{list(divmod(e, x.shape[1])) if x.dim() == 2 else [e]}: "
-                       f"analytical {analytical[o, e]:.4g}, numerical {numerical[o, e]:.4g}" for o, e in worst]
-            problems.append(f"{name}: {int(wrong.sum())} of {wrong.numel()} Jacobian entries wrong, e.g. "
-                            + "; ".join(entries))
-    return problems
-
-
-def where_raised(error):
-    """' (op.py:123, in _backward_bias)': the innermost line that the error passed
-    through in a file of this folder other than this one (op.py, mostly), or ''."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
-              if os.path.dirname(os.path.abspath(frame.filename)) == os.path.dirname(os.path.abspath(op.__file__))
-              and os.path.basename(frame.filename) != os.path.basename(__file__)]
-    return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
-
-
-def raised(what, error, hint=""):
-    """A failure for an exception from the student's code: its type, first line and place."""
-    first_line = (str(error).splitlines() or [""])[0]
-    return Fail(f"{what} raised {type(error).__name__}{where_raised(error)}: {first_line}" + (hint and f"\n{hint}"))
-
-
-def require_implementation(bias_op, key, block):
-    """The schema is there (check 6 found the op); a kernel for `key` must be too."""
-    name = bias_op._qualified_op_name
-    if torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
-        return
-    # An m.impl whose name has no schema loads without an error: name it.
-    dangling = [found for impl in torch._C._dispatch_find_dangling_impls()
-                for found in re.findall(r"name: (day87\w*::\w+)", impl)]
-    raise Fail(f"{name} has a schema but no {key} implementation. Fix: in binding.cpp's {block}, "
-               f'm.impl("{name.split("::")[1]}", ...), the name spelled as in the schema'
-               + (f"; these implementations name no schema: {'; '.join(dangling)}" if dangling else ""))
-
-
-def exercise_forward(bias_op):
-    require_implementation(bias_op, "CPU", "TORCH_LIBRARY_IMPL(day87, CPU, m)")
-    # Both a non-square and a square shape: with M != N a bias broadcast along
-    # the wrong axis raises; with M == N it silently adds the wrong values.
-    for m, k, n in [(3, 4, 5), (5, 4, 5)]:
-        a, b, bias = fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64)
-        try:
-            c = bias_op(a, b, bias)
-        except Exception as error:
-            raise raised(f"{m}x{k}x{n}: the forward", error) from None
-        ratio = error_ratio(c, a, b, bias)
-        require(ratio <= 1.0, f"{m}x{k}x{n}: the forward disagrees with a @ b + bias "
-                              f"({ratio:.3g} x the float64 bound)")
-    return "agrees with a @ b + bias at 3x4x5 and 5x4x5"
-
-
-# The usual cause of a backward that raises: setup_context saved other tensors, or
-# another number of them, than the backward unpacks.
-SAVED_TENSORS_HINT = ("In op.py, setup_context saves and the backward unpacks ctx.saved_tensors: the same "
-                      "tensors in the same order (wmma_mm's _backward unpacks a, b as _setup_context saves them).")
-
-
-NO_BACKWARD = ("no backward is registered for {name}: on the CPU autograd records the float64 kernel's "
-               "own ATen ops and only warns, on CUDA the gradients stay None, the lesson's pitfall "
-               "'training runs, but the loss does not move'. Fix: in op.py's _register, "
-               'torch.library.register_autograd("{name}", backward, setup_context=..., lib=library)')
-
-
-def exercise_gradient(bias_op):
-    name = bias_op._qualified_op_name
-    # The registration first: autograd's fallback records a CPU kernel built from
-    # ATen ops (at::addmm), so the Jacobians below agree even with no backward.
-    inputs = [fresh(*shape, dtype=torch.float64, requires_grad=True) for shape in ((3, 4), (4, 5), (5,))]
-    registration = torch.library.opcheck(bias_op.default, tuple(inputs), raise_exception=False,
-                                         test_utils=("test_autograd_registration",))["test_autograd_registration"]
-    require(registration == "SUCCESS", NO_BACKWARD.format(name=name))
-    # A square output, so that a gradient summed over the wrong axis has the right
-    # shape and shows up as wrong Jacobian entries rather than a shape error.
-    m, k, n = 4, 3, 4
-    inputs = (fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64))
-    try:
-        problems = jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
-    except Exception as error:
-        raise raised("the backward (or its setup_context)", error, SAVED_TENSORS_HINT) from None
-    require(not problems, "\n".join(problems))
-    return "registered; gradcheck-style Jacobians agree for a, b and bias"
-
-
-NO_FAKE = ("no fake implementation is registered for {name}: torch.compile cannot trace it and splits "
-           "the graph there, the lesson's pitfall 'torch.compile gets slower'. Fix: in op.py's _register, "
-           'torch.library.register_fake("{name}", fake, lib=library)')
-
-
-def exercise_fake(bias_op):
-    name = bias_op._qualified_op_name
-    a, b, bias = fresh(3, 4, dtype=torch.float64), fresh(4, 5, dtype=torch.float64), fresh(5, dtype=torch.float64)
-    try:
-        bias_op(a, b, bias)
-    except Exception as error:
-        raise Skip(f"the forward raises at 3x4x5 ({type(error).__name__}), so there is no "
-                   "real output to compare the fake with: fix the forward first") from None
-    # CUDA's dtypes first, on fake CUDA tensors: no GPU needed. On the CPU float64 in
-    # is float64 out, so a fake that returns the input's dtype passes opcheck below
-    # and plans FP16 here, where the kernel writes FP32.
-    m, k, n = 2 * op.TILE_M, 3 * op.TILE_K, 3 * op.TILE_N
-    seen = f"fake CUDA tensors ({m}x{k} @ {k}x{n} torch.float16, bias {n} torch.float32)"
-    try:
-        with FakeTensorMode():
-            out = bias_op(torch.empty(m, k, dtype=torch.half, device="cuda"),
-                          torch.empty(k, n, dtype=torch.half, device="cuda"), torch.empty(n, device="cuda"))
-            shape, dtype = tuple(out.shape), out.dtype
-    except UnsupportedOperatorException:
-        raise Fail(NO_FAKE.format(name=name)) from None
-    except Exception as error:
-        raise raised(f"the fake, on {seen},", error) from None
-    require(shape == (m, n) and dtype == torch.float32,
-            f"on {seen} the fake gives {'x'.join(map(str, shape))} {dtype}, the kernel {m}x{n} torch.float32: "
-            "in op.py's fake the output is M x N and its dtype the accumulate dtype, "
-            "accumulate_dtype(a.dtype), not the input's")
-    results = torch.library.opcheck(bias_op.default, (a, b, bias),
-                                    test_utils=("test_schema", "test_faketensor"), raise_exception=False)
-    failed = {test: outcome for test, outcome in results.items() if outcome != "SUCCESS"}
-    require(not failed, "cpu f64: " + "; ".join(f"{test}: {str(outcome).splitlines()[0]}"
-                                                for test, outcome in failed.items()))
-    return "fake CUDA f16 in, f32 out; opcheck test_schema, test_faketensor"
-
-
-def exercise_cuda_forward(bias_op):
-    require_gpu()
-    require_implementation(bias_op, "CUDA", "TORCH_LIBRARY_IMPL(day87, CUDA, m)")
-    return ", ".join(forward_on_gpu(bias_op, *shape, bias=True)
-                     for shape in ((256, 512, 384), (512, 1024, 128)))
-
-
-def exercise_cuda_gradient(bias_op):
-    """The gradients of a, b and bias through the CUDA kernel against float64: the
-    CPU rows differentiate the float64 path, which autograd may trace by itself."""
-    require_gpu()
-    require_implementation(bias_op, "CUDA", "TORCH_LIBRARY_IMPL(day87, CUDA, m)")
-    m, k, n = 256, 384, 512  # the lesson's first shape: K is split on a card with many SMs
-    inputs = [fresh(*shape, dtype=dtype, device="cuda", requires_grad=True)
-              for shape, dtype in (((m, k), torch.half), ((k, n), torch.half), ((n,), torch.float32))]
-    grad = fresh(m, n, dtype=torch.float32, device="cuda")
-    try:
-        bias_op(*inputs).backward(grad)
-    except Exception as error:
-        raise raised("the CUDA forward and backward", error, SAVED_TENSORS_HINT) from None
-    wide = [t.detach().double().cpu().requires_grad_() for t in inputs]
-    torch.addmm(wide[2], wide[0], wide[1]).backward(grad.double().cpu())
-    # As in check 7: FP16 inputs and gradients (2^-11 each) and FP32 sums, about
-    # 1e-3 in norm. A missing or wrong formula is off by order 1.
-    for name, got, expected in zip(("a", "b", "bias"), inputs, wide):
-        require(got.grad is not None, f"grad of {name} is None after backward on CUDA: "
-                                      + NO_BACKWARD.format(name=bias_op._qualified_op_name).split(": ", 1)[0])
-        error = (got.grad.double().cpu() - expected.grad).norm() / expected.grad.norm()
-        require(error <= 1e-2, f"grad of {name} on CUDA is off by {error:.2e} in norm (bound 1e-2)")
-    return "grads of a, b and bias match float64"
-
-
-def no_exercise_yet():
-    raise Skip("no such operator registered yet")
-
-
-def exercise_rows(bias_op=None):
-    """Check 6's rows for bias_op: the folder's torch.ops.day87.wmma_mm_bias unless
-    another is given (checks/self_test.py hands it deliberately wrong ones)."""
-    if bias_op is None:
-        if not hasattr(torch.ops.day87, "wmma_mm_bias"):
-            return [("6 exercise: wmma_mm_bias", "torch.ops.day87.wmma_mm_bias", no_exercise_yet)]
-        bias_op = torch.ops.day87.wmma_mm_bias
-    return [
-        ("6 exercise: forward", "a @ b + bias (added to every row), cpu f64", lambda: exercise_forward(bias_op)),
-        ("6 exercise: gradient", "backward registered; Jacobians vs numerical",
-         lambda: exercise_gradient(bias_op)),
-        ("6 exercise: fake", "fake's shape, dtype: cpu f64, fake cuda f16", lambda: exercise_fake(bias_op)),
-        ("6 exercise: cuda forward", "both lesson shapes, f16 in, f32 out vs float64",
-         lambda: exercise_cuda_forward(bias_op)),
-        ("6 exercise: cuda gradient", "grads of a, b, bias through the kernel vs f64",
-         lambda: exercise_cuda_gradient(bias_op)),
-    ]
+def check_cuda_graph(operator):
+    """Forward and backward captured once, replayed on new values and gradients
+    of other magnitudes. Failure modes: an op or backward that synchronizes or
+    reads a value back cannot be captured; one that launches off the capturing
+    stream, or keeps a scale from capture time, replays stale or overflowed results."""
+    mm = operator.wrapper
+    require_gpu(operator)
+    # The lesson's first shape: on a card with many SMs the launcher splits its K,
+    # so the split's workspace and second kernel (on sm_90 launched early, as the
+    # multiply's dependent) are captured too.
+    a = fresh(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
+    b = fresh(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
+    grad = fresh(256, 512, dtype=torch.float32, device="cuda")
+    warmup = torch.cuda.Stream()
+    warmup.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(warmup):
+        mm(a, b).backward(grad)
+    torch.cuda.current_stream().wait_stream(warmup)
+    a.grad = b.grad = None  # the capture allocates them, and each replay rewrites them
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = mm(a, b)
+        c.backward(grad)
+    worst = 0.0
+    for magnitude in (1e-6, 1.0, 30.0):  # 30: grad_a stays inside FP16's range
+        with torch.no_grad():
+            a.copy_(fresh(*a.shape, dtype=torch.half))
+            b.copy_(fresh(*b.shape, dtype=torch.half))
+            grad.copy_(magnitude * fresh(*grad.shape, dtype=torch.float32))
+            c.fill_(math.nan)  # a replay that writes nothing leaves NaN
+        graph.replay()
+        torch.cuda.synchronize()
+        worst = max(worst, error_ratio(c, a, b), error_ratio(a.grad, grad, b.t(), rounded_left=True),
+                    error_ratio(b.grad.t(), grad.t(), a, rounded_left=True))
+        require(worst <= 1.0, f"replay with gradients of {magnitude:g}: {100 * worst:.3g}% of bound")
+    return f"3 replays, gradients 1e-6 to 30, worst {100 * worst:.1f}% of bound"
 
 
 # ---------------------------------------------------------------------------
 # The table, top to bottom
 # ---------------------------------------------------------------------------
-def lesson_rows():
-    mm = op.wmma_mm
+def lesson_rows(operator=LESSON):
+    """The table's rows, 1 to 15, each checking `operator`."""
+    def row(name, compares, check, *arguments):
+        return name, compares, lambda: check(operator, *arguments)
+
     return [
-        ("1 contract, cpu", "calls that must raise, naming their rule", lambda: check_contract(mm, "cpu")),
-        ("1 contract, cuda", "calls that must raise, naming their rule", lambda: check_contract(mm, "cuda")),
-        ("2 forward 256x512x384", "kernel vs float64 CPU reference", lambda: forward_on_gpu(mm, 256, 512, 384)),
-        ("2 forward 512x1024x128", "kernel vs float64 CPU reference", lambda: forward_on_gpu(mm, 512, 1024, 128)),
-        ("3 opcheck, cpu f64", "schema, fake impl, autograd registration", lambda: check_opcheck("cpu")),
-        ("3 opcheck, cuda f16", "schema, fake impl, autograd registration", lambda: check_opcheck("cuda")),
-        ("4 gradcheck", "registered formula vs numerical Jacobian", lambda: check_gradcheck(mm)),
-        ("5 gradcheck rejects", "a grad_a scaled by 1.01 must raise", check_gradcheck_rejects),
-        *exercise_rows(),
-        ("7 autograd, cpu f64", "only a, only b, both: grads vs float64", lambda: check_autograd(mm, "cpu")),
-        ("7 autograd, cuda f16", "only a, only b, both: grads vs float64", lambda: check_autograd(mm, "cuda")),
-        ("8 torch.compile, cpu f64", "fwd+bwd vs eager; errors as eager's", lambda: check_compile(mm, "cpu")),
-        ("8 torch.compile, cuda f16", "fwd+bwd vs eager; errors as eager's", lambda: check_compile(mm, "cuda")),
-        ("9 stream order", "inputs written late on a side stream", lambda: check_stream_order(mm)),
-        ("10 profiler", "day87::wmma_mm with its kernel under it", lambda: check_profiler(mm)),
-        ("11 no host sync", "fwd+bwd return with the GPU still busy", lambda: check_no_host_sync(mm)),
-        ("12 device guard", "call on cuda:1 from current device 0", lambda: check_device_guard(mm)),
-        ("13 backward accuracy", "grads: tiny, randn, one sign, largest at an end", lambda: check_backward_accuracy(mm)),
-        ("14 double backward, cpu f64", "gradgradcheck: second derivatives", lambda: check_double_backward(mm, "cpu")),
-        ("14 double backward, cuda f16", "grad of a function of the grads vs float64",
-         lambda: check_double_backward(mm, "cuda")),
+        row("1 contract, cpu", "calls that must raise, naming their rule", check_contract, "cpu"),
+        row("1 contract, cuda", "calls that must raise, naming their rule", check_contract, "cuda"),
+        row("2 forward 256x512x384", "kernel vs float64 CPU reference", check_forward, 256, 512, 384),
+        row("2 forward 512x1024x128", "kernel vs float64 CPU reference", check_forward, 512, 1024, 128),
+        row("3 opcheck, cpu f64", "schema, fake impl, autograd registration", check_opcheck, "cpu"),
+        row("3 opcheck, cuda f16", "schema, fake impl, autograd registration", check_opcheck, "cuda"),
+        row("4 gradcheck", "registered formula vs numerical Jacobian", check_gradcheck),
+        row("5 gradcheck rejects", "a grad_a scaled by 1.01 must raise", check_gradcheck_rejects),
+        *exercise_rows(operator),
+        row("7 autograd, cpu f64", "only a, only b, both: grads vs float64", check_autograd, "cpu"),
+        row("7 autograd, cuda f16", "only a, only b, both: grads vs float64", check_autograd, "cuda"),
+        row("8 torch.compile, cpu f64", "fwd+bwd vs eager; errors as eager's", check_compile, "cpu"),
+        row("8 torch.compile, cuda f16", "fwd+bwd vs eager; errors as eager's", check_compile, "cuda"),
+        row("9 stream order", "inputs written late on a side stream", check_stream_order),
+        row("10 profiler", f"{operator.name} with its kernel under it", check_profiler),
+        row("11 no host sync", "fwd+bwd return with the GPU still busy", check_no_host_sync),
+        row("12 device guard", "call on cuda:1 from current device 0", check_device_guard),
+        row("13 backward accuracy", "grads: tiny, randn, one sign, largest at an end", check_backward_accuracy),
+        row("14 double backward, cpu f64", "gradgradcheck: second derivatives", check_double_backward, "cpu"),
+        row("14 double backward, cuda f16", "grad of a function of the grads vs float64",
+            check_double_backward, "cuda"),
         # Last: a capture that fails leaves the CUDA generator in capture state,
         # and every later torch.randn on the GPU in this process would raise.
-        ("15 CUDA graph", "fwd+bwd captured once, replayed on new values", lambda: check_cuda_graph(mm)),
+        row("15 CUDA graph", "fwd+bwd captured once, replayed on new values", check_cuda_graph),
     ]
 
 
-def print_provenance():
-    built, cuda_home = op.BUILD, op.BUILD["cuda_home"]
+def print_provenance(operator=LESSON):
+    built, cuda_home = operator.build, operator.build["cuda_home"]
     nvcc = op.nvcc_version_text(cuda_home).replace("\n", "\n    ") if cuda_home else "not found"
     devices = [f"device {i}: {torch.cuda.get_device_name(i)}, capability {torch.cuda.get_device_capability(i)}"
                for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else ["device: no GPU visible"]
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
           f"python {platform.python_version()}, torch {torch.__version__}, built for CUDA {torch.version.cuda}",
           f"torch.cuda.get_arch_list(): {torch.cuda.get_arch_list()}", f"nvcc --version:\n    {nvcc}", *devices,
+          f"operator: {operator.name}, from {operator.folder}",
           f"extension: {'CUDA + CPU' if built['with_cuda'] else 'CPU only'}, architectures {built['archs']}, "
           f"in {built['directory']}\n", sep="\n")
 
 
-def main():
+def main(operator=LESSON):
     # A crash in native code prints the Python stack that led to it, not just
     # "Segmentation fault": the harness exists to find such crashes.
     faulthandler.enable()
-    print_provenance()
-    reason = why_no_kernel()
-    ok = run_table(lesson_rows(), notes=[f"the CUDA kernel was not run: {reason}"] if reason else [])
+    print_provenance(operator)
+    reason = why_no_kernel(operator)
+    ok = run_table(lesson_rows(operator), notes=[f"the CUDA kernel was not run: {reason}"] if reason else [])
     sys.exit(0 if ok else 1)
 
 
