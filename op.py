@@ -17,11 +17,17 @@ TILE_M, TILE_N, TILE_K = 128, 128, 16
 
 def wmma_mm(a, b):
     """a @ b through day87::wmma_mm: float16 in, float32 out on CUDA; float64 on the CPU."""
-    for name, value in (("a", a), ("b", b)):
-        if not isinstance(value, torch.Tensor):  # the dispatcher would say only "no device"
-            raise TypeError(f"day87::wmma_mm: rule 'two matrices': {name} must be a 2-D tensor; "
-                            f"got {type(value).__name__}")
+    check_tensors("day87::wmma_mm", a, b)
     return torch.ops.day87.wmma_mm(a, b)
+
+
+def check_tensors(op_name, a, b):
+    """The rule 'two matrices' for what is not a tensor at all: the dispatcher
+    would say only that it found no device."""
+    for name, value in (("a", a), ("b", b)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{op_name}: rule 'two matrices': {name} must be a 2-D tensor; "
+                            f"got {type(value).__name__}")
 
 
 def accumulate_dtype(input_dtype):
@@ -49,7 +55,7 @@ def check_matrices(op_name, a, b):
     an eager one. op_name starts each message: a second operator passes its own."""
     def broke(rule, requirement):
         return lambda: (f"{op_name}: rule '{rule}': {requirement}; "
-                        f"got a: {_described(a)}, b: {_described(b)}")
+                        f"got a: {described(a)}, b: {described(b)}")
     torch._check(a.dim() == 2 and b.dim() == 2, broke("two matrices", "a and b must be 2-D"))
     torch._check(a.device == b.device, broke("one device", "a and b must be on the same device"))
     expected = torch.float16 if a.device.type == "cuda" else torch.float64
@@ -64,7 +70,7 @@ def check_matrices(op_name, a, b):
                 f"{TILE_N} and {TILE_K}; got M={a.shape[0]}, N={b.shape[1]}, K={a.shape[1]}"))
 
 
-def _described(t):  # "4x3 torch.float64 on cpu", as binding.cpp describes a tensor
+def described(t):  # "4x3 torch.float64 on cpu", as binding.cpp describes a tensor
     return f"{'x'.join(str(size) for size in t.shape) or 'scalar'} {t.dtype} on {t.device}"
 
 

@@ -1,0 +1,172 @@
+"""fast_op.py: day87_fast, the lesson's operator made fast, built at import.
+
+    import sys; sys.path.insert(0, "fast")   # from the lesson's folder
+    import fast_op
+    c = fast_op.wmma_mm(a, b)                 # the lesson's contract and dtypes
+    c = fast_op.wmma_mm_bias(a, b, bias)      # a @ b + bias, the bias added in the kernel's store
+
+The lesson (op.py, one folder up) is imported first and supplies what both
+operators share, written once: the contract's rules and messages for a and b
+(binding.cpp, through fast/binding.cpp, and op.check_matrices for the fake), the
+tile, setup_context, the float64 and double-backward formula, and the build. What
+this file adds: the fake and backward of wmma_mm_bias, the tensor-core backward
+on CUDA, and the cuBLAS headers that fast/binding.cpp's backward needs.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LESSON = os.path.dirname(HERE)
+if LESSON not in sys.path:
+    sys.path.insert(0, LESSON)
+
+import torch  # noqa: E402
+
+import op  # noqa: E402  the lesson: its contract, its formula and its build
+
+NAMESPACE = "day87_fast"
+
+
+def wmma_mm(a, b):
+    """a @ b through day87_fast::wmma_mm: the lesson's wmma_mm, tuned."""
+    op.check_tensors("day87_fast::wmma_mm", a, b)
+    return torch.ops.day87_fast.wmma_mm(a, b)
+
+
+def wmma_mm_bias(a, b, bias):
+    """a @ b + bias through day87_fast::wmma_mm_bias, the bias added in the kernel's
+    store: float16 a, b and float32 bias in, float32 out on CUDA; float64 on the CPU."""
+    op.check_tensors("day87_fast::wmma_mm_bias", a, b)
+    return torch.ops.day87_fast.wmma_mm_bias(a, b, bias)
+
+
+def _fake(a, b):
+    op.check_matrices("day87_fast::wmma_mm", a, b)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=op.accumulate_dtype(a.dtype))
+
+
+def _fake_bias(a, b, bias):
+    # fast/binding.cpp's rules in its order: the bias's device, a and b's rules, then
+    # the bias's shape and dtype (its contiguity, like a and b's, is not the fake's
+    # to check: a fake tensor's strides under compile need not be eager's).
+    op_name = "day87_fast::wmma_mm_bias"
+    torch._check(bias.device == a.device, lambda: (
+        f"{op_name}: rule 'one device': bias must be on a's device; "
+        f"got a: {op.described(a)}, bias: {op.described(bias)}"))
+    op.check_matrices(op_name, a, b)
+    torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1], lambda: (
+        f"{op_name}: rule 'bias': bias must be 1-D with one value per column of b; "
+        f"got bias: {op.described(bias)}, b: {op.described(b)}"))
+    torch._check(bias.dtype == op.accumulate_dtype(a.dtype), lambda: (
+        f"{op_name}: rule 'dtype': on {bias.device} bias must be {op.accumulate_dtype(a.dtype)}; "
+        f"got bias: {op.described(bias)}"))
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=op.accumulate_dtype(a.dtype))
+
+
+def _backward(ctx, grad):
+    # Grad mode is on in a backward only under create_graph=True (a gradient penalty,
+    # a Hessian-vector product): then the formula must itself be differentiable, and
+    # the lesson's two matmuls are. So is the float64 path.
+    if not grad.is_cuda or torch.is_grad_enabled():
+        return op._backward(ctx, grad)
+    # The same two products on tensor cores, in one call: fast/binding.cpp's
+    # wmmaMmBackwardCuda. It returns None where that gradient is not wanted (the
+    # lesson's _setup_context saved only the partner of each wanted gradient).
+    a, b = ctx.saved_tensors
+    return torch.ops.day87_fast.wmma_mm_backward(grad, a, b)
+
+
+def _fake_backward(grad, a, b):
+    # wmma_mm_backward's output metadata, for torch.compile's trace of the backward:
+    # grad_a where b is given, grad_b where a is given, FP16 like the inputs.
+    return (grad.new_empty((grad.shape[0], b.shape[0]), dtype=b.dtype) if b is not None else None,
+            grad.new_empty((a.shape[1], grad.shape[1]), dtype=a.dtype) if a is not None else None)
+
+
+def _setup_context_bias(ctx, inputs, output):
+    # grad_a and grad_b need what wmma_mm's need; grad_bias needs no saved value.
+    op._setup_context(ctx, inputs[:2], output)
+
+
+def _backward_bias(ctx, grad):
+    grad_a, grad_b = _backward(ctx, grad)
+    # bias[j] is added to every row of column j with derivative 1, so its gradient
+    # is grad summed down the rows, in grad's own dtype (FP32 on CUDA: an FP16 sum
+    # of 8192 rows of gradients near 10 would pass FP16's largest value).
+    grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None
+    return grad_a, grad_b, grad_bias
+
+
+def _register():
+    """The registrations that live in Python, run once the library is loaded."""
+    library = torch.library.Library(NAMESPACE, "FRAGMENT")
+    torch.library.register_fake("day87_fast::wmma_mm", _fake, lib=library)
+    torch.library.register_autograd("day87_fast::wmma_mm", _backward,
+                                    setup_context=op._setup_context, lib=library)
+    torch.library.register_fake("day87_fast::wmma_mm_backward", _fake_backward, lib=library)
+    torch.library.register_fake("day87_fast::wmma_mm_bias", _fake_bias, lib=library)
+    torch.library.register_autograd("day87_fast::wmma_mm_bias", _backward_bias,
+                                    setup_context=_setup_context_bias, lib=library)
+    return library
+
+
+# ===========================================================================
+# The build: the lesson's, with this folder's sources and cuBLAS's headers.
+# ===========================================================================
+# fast/binding.cpp gets PyTorch's cuBLAS handle from ATen/cuda/CUDAContext.h, which
+# includes these. A full toolkit has them; a minimal one (nvcc, the runtime) does not.
+LIBRARY_HEADERS = ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h")
+
+
+def library_header_folders(toolkit):
+    """Where LIBRARY_HEADERS come from: none beyond the toolkit's own where it has
+    them all, else the folders of the nvidia wheels that torch itself installed
+    (the headers of the very cuBLAS it loads), or None where some are nowhere.
+    The compile searches them after every other folder, so that no header of the
+    toolkit's own is shadowed."""
+    def have(folder, header):
+        return os.path.exists(os.path.join(folder, header))
+
+    searched = [os.path.join(toolkit["home"], "include")] + toolkit["include"]
+    if all(any(have(folder, header) for folder in searched) for header in LIBRARY_HEADERS):
+        return []
+    try:
+        import nvidia  # the namespace package that torch's CUDA wheels install into
+        wheels = sorted({os.path.join(root, name, "include") for root in nvidia.__path__
+                         for name in os.listdir(root)})
+    except ImportError:
+        wheels = []
+    folders = [folder for folder in wheels if any(have(folder, header) for header in LIBRARY_HEADERS)]
+    found = all(any(have(folder, header) for folder in folders) for header in LIBRARY_HEADERS)
+    return folders if found else None
+
+
+def _refuse_without_library_headers(plan):
+    """After the lesson's toolchain checks, before compiling: refuse a toolkit
+    where cuBLAS's headers are nowhere, naming what to install."""
+    if plan["with_cuda"] and library_header_folders(plan["toolkit"]) is None:
+        raise RuntimeError(
+            f"day87: fast/binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
+            f"ATen/cuda/CUDAContext.h), and neither {plan['cuda_home']}/include nor torch's "
+            "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
+            f"CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it"
+            + (f', or pip install "cuda-toolkit[cublas,cusolver,cusparse]=={torch.version.cuda}.*" '
+               "(wheels that a CUDA 13 torch itself depends on)"
+               if int(torch.version.cuda.split(".")[0]) >= 13 else "") + ".")
+
+
+def _header_flags():
+    toolkit = op.find_toolkit() if torch.version.cuda else None
+    folders = library_header_folders(toolkit) if toolkit else []
+    # No -lcublas: the library links libtorch_cuda, which links the cuBLAS that torch
+    # loaded, and fast/binding.cpp's cuBLAS calls resolve to that one.
+    return tuple(f"-idirafter{folder}" for folder in folders or [])
+
+
+BUILD = op.load_extension(
+    __file__, check_more=_refuse_without_library_headers, namespace=NAMESPACE, folder=HERE,
+    sources=("kernel.cu", "binding.cpp"), cflags=_header_flags(),
+    # The lesson's files that this folder's include: an edit there rebuilds this too.
+    depends=tuple(os.path.join(LESSON, name) for name in op.SOURCES))
+_registrations = op.register_once(NAMESPACE, __file__, _register, globals().get("_registrations"))
