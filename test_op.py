@@ -180,7 +180,7 @@ def error_ratio(result, a, b, extra=None, rounded_left=False):
     A result stored in FP16 (a gradient) is rounded once more: half an FP16 ulp,
     2^-11 relative, or 2^-25 absolute where it is subnormal. rounded_left: `a` was
     rounded to FP16 after an exact power-of-two scaling that put its largest
-    element in [2^14, 2^15) (op.py's backward): 2^-11 relative per element, or
+    element in [2^14, 2^15) (a backward on tensor cores, such as fast/'s): 2^-11 relative per element, or
     max|a| * 2^-39 absolute where the scaled element is subnormal."""
     a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
     reference, magnitude = a64 @ b64, a64.abs() @ b64.abs()
@@ -487,7 +487,7 @@ def exercise_cuda_gradient(operator, bias_op):
     CPU rows differentiate the float64 path, which autograd may trace by itself."""
     require_gpu(operator)
     require_implementation(operator, bias_op, "CUDA")
-    m, k, n = 256, 384, 512  # the lesson's first shape: K is split on a card with many SMs
+    m, k, n = 256, 384, 512  # the lesson's first shape
     inputs = [fresh(*shape, dtype=dtype, device="cuda", requires_grad=True)
               for shape, dtype in (((m, k), torch.half), ((k, n), torch.half), ((n,), torch.float32))]
     grad = fresh(m, n, dtype=torch.float32, device="cuda")
@@ -738,10 +738,11 @@ def check_device_guard(operator):
 
 def check_backward_accuracy(operator):
     """grad_a and grad_b from FP32 gradients of several kinds against float64, within
-    error_ratio's bound for an FP16-rounded, power-of-two-scaled grad, and no worse
-    than the fp16 autocast path (grad cast to FP16 as it is). Small gradients
-    first: a backward that keeps the scale of an earlier call overflows on the
-    randn ones. Failure modes: grad cast to FP16 unscaled loses values under 6e-5;
+    error_ratio's bound for an FP16-rounded, power-of-two-scaled grad (the lesson's
+    FP32 matmuls are well inside it; a backward on tensor cores that scales grad into
+    FP16 must be too), and no worse than the fp16 autocast path (grad cast to FP16 as
+    it is). Small gradients first: a backward that keeps the scale of an earlier call
+    overflows on the randn ones. Failure modes: grad cast to FP16 unscaled loses values under 6e-5;
     a scale derived from the signed maximum overflows on gradients that are all
     negative; a largest-magnitude pass that misses the first element, or the last
     block's rows, overflows where the largest value sits there."""
@@ -819,9 +820,9 @@ def check_cuda_graph(operator):
     stream, or keeps a scale from capture time, replays stale or overflowed results."""
     mm = operator.wrapper
     require_gpu(operator)
-    # The lesson's first shape: on a card with many SMs the launcher splits its K,
-    # so the split's workspace and second kernel (on sm_90 launched early, as the
-    # multiply's dependent) are captured too.
+    # The lesson's first shape: an operator that splits K where the grid of tiles is
+    # small (the fast one does, on a card with many SMs) has its workspace and its
+    # second kernel captured too.
     a = fresh(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
     b = fresh(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
     grad = fresh(256, 512, dtype=torch.float32, device="cuda")

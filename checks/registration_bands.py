@@ -51,7 +51,7 @@ CALLS = ("eager", "backward", "compile", "stream")
 
 # What the lesson's diagram says each band gives (the stream case is the lesson's
 # opening claim, for band 0; the registered bands launch on the caller's stream).
-LESSON = {
+DIAGRAM = {
     0: {"eager": "pass", "backward": "fail", "compile": "fail", "stream": "fail"},
     1: {"eager": "pass", "backward": "fail", "compile": "fail", "stream": "pass"},
     2: {"eager": "pass", "backward": "fail", "compile": "pass", "stream": "pass"},
@@ -167,7 +167,7 @@ def cell(band, device, plant):
 
     def stream():
         try:
-            test_op.check_stream_order(mm)
+            test_op.check_stream_order(test_op.LESSON.with_wrapper(mm))
         except test_op.Fail as failure:
             return "fail", first_line(failure)
         return "pass", "ordered after the side stream's writes"
@@ -206,7 +206,7 @@ def print_grid(grid, devices):
     for band, what in BANDS.items():
         for device in devices_of(band, devices):
             for call, (verdict, said) in grid[band, device].items():
-                lesson = LESSON[band][call]
+                lesson = DIAGRAM[band][call]
                 mark = "" if verdict == lesson else " *"
                 print(f"{f'{band} {what}':<48}{device:<8}{call:<10}{verdict + mark:<9}{said}")
                 if verdict != lesson:
@@ -245,7 +245,7 @@ def svg(grid, devices, title):
                 top = y + 26 + line * 28
                 parts.append(f'<rect x="{x}" y="{top}" width="{box}" height="24" rx="4" fill="{colors[verdict]}"/>')
                 parts.append(f'<text x="{x + 8}" y="{top + 17}" fill="white">{device}: {verdict}'
-                             f'{"" if verdict == LESSON[band][call] else " (lesson: " + LESSON[band][call] + ")"}</text>')
+                             f'{"" if verdict == DIAGRAM[band][call] else " (lesson: " + DIAGRAM[band][call] + ")"}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 

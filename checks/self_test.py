@@ -12,6 +12,7 @@ day87::wmma_mm_bias), and each verdict must be the expected one; where the folde
 has its own wmma_mm_bias, the grader grades that too, and it must pass.
 """
 
+import dataclasses
 import math
 import os
 import re
@@ -98,7 +99,7 @@ def wrong_variants():
     def unscaled_backward(ctx, grad):  # what autocast does: grad cast to FP16 as it is
         return products(ctx, grad.half(), 1.0)
 
-    def scaled_from(largest, ctx, grad):  # kernel.cu's power of two, from a largest value found wrongly
+    def scaled_from(largest, ctx, grad):  # a power-of-two scale from a largest magnitude found wrongly
         scale = torch.exp2((15 - torch.frexp(largest).exponent).float())
         return products(ctx, (grad * scale).half(), scale)
 
@@ -177,18 +178,20 @@ def wrong_variants():
 
 def prove_rows():
     library, variants = wrong_variants()
+    # (row, its check given an Operator, the wrong variant it must fail on)
     cases = [
-        ("1 contract, cpu", lambda mm: test_op.check_contract(mm, "cpu"), "copies non-contiguous inputs"),
-        ("1 contract, cuda", lambda mm: test_op.check_contract(mm, "cuda"), "copies non-contiguous inputs"),
-        ("2 forward 256x512x384", lambda mm: test_op.forward_on_gpu(mm, 256, 512, 384), "drops the last K step"),
-        ("7 autograd, cpu f64", lambda mm: test_op.check_autograd(mm, "cpu"), "no backward registered"),
-        ("7 autograd, cuda f16", lambda mm: test_op.check_autograd(mm, "cuda"), "no backward registered"),
-        ("7 autograd, cpu f64", lambda mm: test_op.check_autograd(mm, "cpu"), "saves b, a; unpacks a, b"),
-        ("7 autograd, cuda f16", lambda mm: test_op.check_autograd(mm, "cuda"), "saves b, a; unpacks a, b"),
-        ("8 torch.compile, cpu f64", lambda mm: test_op.check_compile(mm, "cpu"), "no fake registered"),
-        ("8 torch.compile, cuda f16", lambda mm: test_op.check_compile(mm, "cuda"), "no fake registered"),
-        ("8 torch.compile, cpu f64", lambda mm: test_op.check_compile(mm, "cpu"), "fake with bare torch._check"),
-        ("8 torch.compile, cuda f16", lambda mm: test_op.check_compile(mm, "cuda"), "fake with bare torch._check"),
+        ("1 contract, cpu", lambda wrong: test_op.check_contract(wrong, "cpu"), "copies non-contiguous inputs"),
+        ("1 contract, cuda", lambda wrong: test_op.check_contract(wrong, "cuda"), "copies non-contiguous inputs"),
+        ("2 forward 256x512x384", lambda wrong: test_op.check_forward(wrong, 256, 512, 384), "drops the last K step"),
+        ("7 autograd, cpu f64", lambda wrong: test_op.check_autograd(wrong, "cpu"), "no backward registered"),
+        ("7 autograd, cuda f16", lambda wrong: test_op.check_autograd(wrong, "cuda"), "no backward registered"),
+        ("7 autograd, cpu f64", lambda wrong: test_op.check_autograd(wrong, "cpu"), "saves b, a; unpacks a, b"),
+        ("7 autograd, cuda f16", lambda wrong: test_op.check_autograd(wrong, "cuda"), "saves b, a; unpacks a, b"),
+        ("8 torch.compile, cpu f64", lambda wrong: test_op.check_compile(wrong, "cpu"), "no fake registered"),
+        ("8 torch.compile, cuda f16", lambda wrong: test_op.check_compile(wrong, "cuda"), "no fake registered"),
+        ("8 torch.compile, cpu f64", lambda wrong: test_op.check_compile(wrong, "cpu"), "fake with bare torch._check"),
+        ("8 torch.compile, cuda f16", lambda wrong: test_op.check_compile(wrong, "cuda"),
+         "fake with bare torch._check"),
         ("9 stream order", test_op.check_stream_order, "launches on the default stream"),
         ("10 profiler", test_op.check_profiler, "plain torch.mm"),
         ("11 no host sync", test_op.check_no_host_sync, "reads the output back (sync)"),
@@ -200,9 +203,9 @@ def prove_rows():
         ("13 backward accuracy", test_op.check_backward_accuracy, "scale from the signed maximum"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "scale misses the first element"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "scale misses the last block"),
-        ("14 double backward, cpu f64", lambda mm: test_op.check_double_backward(mm, "cpu"),
+        ("14 double backward, cpu f64", lambda wrong: test_op.check_double_backward(wrong, "cpu"),
          "backward under torch.no_grad()"),
-        ("14 double backward, cuda f16", lambda mm: test_op.check_double_backward(mm, "cuda"),
+        ("14 double backward, cuda f16", lambda wrong: test_op.check_double_backward(wrong, "cuda"),
          "backward under torch.no_grad()"),
         # Last: a capture that fails midway leaves the CUDA generator in capture
         # state, and every later torch.randn on the GPU in this process raises.
@@ -217,7 +220,7 @@ def prove_rows():
             try:
                 with warnings.catch_warnings():  # the variants' own deprecation warnings
                     warnings.simplefilter("ignore")
-                    check(variants[variant])
+                    check(test_op.LESSON.with_wrapper(variants[variant]))
             except Skip:
                 raise
             except Exception as error:  # Fail, or the variant's own error: caught either way
@@ -235,7 +238,8 @@ def prove_rows():
 
     rows.insert(-1, ("fuzz, 300 calls", "must fail: copies non-contiguous inputs", fuzz_catches))
     # The gradcheck row's proof is the table's own 'gradcheck rejects' row.
-    rows.append(("4 gradcheck", "must fail: grad_a scaled by 1.01", test_op.check_gradcheck_rejects))
+    rows.append(("4 gradcheck", "must fail: grad_a scaled by 1.01",
+                 lambda: test_op.check_gradcheck_rejects(test_op.LESSON)))
     return rows
 
 
@@ -367,8 +371,8 @@ def grade_exercise_cases():
 def main():
     if sys.argv[1:2] == ["--exercise-case"]:  # a child of grade_exercise_cases()
         library = register_exercise_case(sys.argv[2])  # noqa: F841, kept alive
-        bias_op = getattr(torch.ops, CASE_NAMESPACE).wmma_mm_bias
-        sys.exit(0 if test_op.run_table(test_op.exercise_rows(bias_op)) else 1)
+        case = dataclasses.replace(test_op.LESSON, bias=getattr(torch.ops, CASE_NAMESPACE).wmma_mm_bias)
+        sys.exit(0 if test_op.run_table(test_op.exercise_rows(case)) else 1)
     test_op.print_provenance()
     print("Each check, run against a deliberately wrong variant, must fail;")
     print("the exercise grader must give each registration the expected verdict.\n")

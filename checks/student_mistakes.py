@@ -36,9 +36,9 @@ MISTAKES = [
      '''    torch.library.register_fake("day87::wmma_mm_bias", _fake_bias, lib=library)
 ''', "", "6 exercise: fake", ["no fake implementation is registered", "register_fake"], "cpu"),
     ("the fake returns the input's dtype", "op.py",
-     '''        f"got bias: {_described(bias)}"))
+     '''        f"got bias: {described(bias)}"))
     return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))''',
-     '''        f"got bias: {_described(bias)}"))
+     '''        f"got bias: {described(bias)}"))
     return a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype)''',
      "6 exercise: fake", ["torch.float16", "accumulate_dtype(a.dtype), not the input's"], "both"),
     ("setup_context saves the bias instead of a and b", "op.py",
@@ -68,10 +68,10 @@ MISTAKES = [
     ("launchWmmaGemm changed in kernel.cu only", "binding.cpp",
      # binding.cpp's declaration and call as before the exercise, kernel.cu's definition changed
      ['''cudaError_t launchWmmaGemm(const __half* a, const __half* b, const float* bias, float* c,
-                           size_t m, size_t n, size_t k, float* workspace, cudaStream_t stream);''',
+                           size_t m, size_t n, size_t k, cudaStream_t stream);''',
       "b.const_data_ptr<at::Half>()), bias, c.mutable_data_ptr<float>(),"],
      ['''cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
-                           size_t k, float* workspace, cudaStream_t stream);''',
+                           size_t k, cudaStream_t stream);''',
       "b.const_data_ptr<at::Half>()), c.mutable_data_ptr<float>(),"],
      "import", ["nothing defines launchWmmaGemm(", "binding.cpp's declaration of launchWmmaGemm"], "cpu"),
     ("a compile error in kernel.cu", "kernel.cu",

@@ -16,7 +16,7 @@
 // Built two ways:
 //   - by fast/fast_op.py, through the lesson's op.load_extension, with fast/binding.cpp;
 //   - included by fast/gate.cu, the standalone check:
-//       nvcc -O3 -arch=sm_90 -o gate fast/gate.cu && ./gate
+//       nvcc -O3 -arch=sm_90 -o fast/gate fast/gate.cu && fast/gate
 //
 // In order: the tile plans, the dependent-launch helpers, GemmOperands and
 // storeOutputs (the one place that writes C, with the bias), the kernel, the split-K

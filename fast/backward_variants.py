@@ -1,16 +1,17 @@
-"""backward_variants.py: the candidates for wmma_mm's CUDA backward, timed and checked.
+"""backward_variants.py: the candidates for the fast tier's CUDA backward, timed and checked.
 
-    python checks/backward_variants.py        (needs a GPU and triton)
+    python fast/backward_variants.py        (needs a GPU and triton)
 
 How the backward's design was first chosen (2026-11-30): an FP32 grad scaled by a
-power of two, products on tensor cores in FP16. The candidates are ATen ops; the
-backward now runs that design as binding.cpp's one call (NOTES.md, 2026-12-01,
-17:31, has those kernels' candidates and figures). Each candidate computes
-grad_a = grad @ b^T and grad_b = a^T @ grad from an FP32 grad and FP16 a, b, and
-returns FP16 gradients. Times are triton.testing.do_bench medians of forward (the
-op) plus the candidate's backward, beside the fp16 `x @ w` forward and backward
-through autograd. Accuracy is ||got - reference|| / ||reference|| against float64, on randn gradients
-and on gradients of magnitude 1e-7 to 1e-5.
+power of two, products on tensor cores in FP16. The candidates are ATen ops, and the
+forward they follow is day87_fast::wmma_mm (fast_op.py); the backward now runs that
+design as fast/binding.cpp's one call (checks/NOTES.md, 2026-12-01, 17:31, has those
+kernels' candidates and figures). Each candidate computes grad_a = grad @ b^T and
+grad_b = a^T @ grad from an FP32 grad and FP16 a, b, and returns FP16 gradients.
+Times are triton.testing.do_bench medians of forward (the op) plus the candidate's
+backward, beside the fp16 `x @ w` forward and backward through autograd. Accuracy is
+||got - reference|| / ||reference|| against float64, on randn gradients and on
+gradients of magnitude 1e-7 to 1e-5.
 """
 
 import os
@@ -19,8 +20,9 @@ import sys
 import torch
 import triton.testing
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import op  # noqa: E402
+FAST = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [FAST, os.path.dirname(FAST)]  # fast_op.py, and the lesson it imports
+import fast_op  # noqa: E402
 
 
 def power_of_two_scale(grad):
@@ -61,8 +63,8 @@ def scaled_cublas_fused_casts(grad, a, b):
 def scaled_wmma(grad, a, b):  # the op's own kernel, transposed operands made contiguous
     scale, unscale = power_of_two_scale(grad)
     grad16 = (grad * scale).half()
-    return ((op.wmma_mm(grad16, b.t().contiguous()) * unscale).half(),
-            (op.wmma_mm(a.t().contiguous(), grad16) * unscale).half())
+    return ((fast_op.wmma_mm(grad16, b.t().contiguous()) * unscale).half(),
+            (fast_op.wmma_mm(a.t().contiguous(), grad16) * unscale).half())
 
 
 def autocast_path(grad, a, b):  # what fp16 autocast computes: grad arrives in FP16
@@ -81,6 +83,9 @@ def small_gradients(shape):
 
 
 def main():
+    if not torch.cuda.is_available():
+        print("backward_variants.py needs a GPU; nothing to measure here.")
+        return
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     for m, k, n in [(8192, 4096, 4096), (256, 384, 512)]:
         a = torch.randn(m, k, device="cuda").half()
@@ -92,12 +97,12 @@ def main():
         def fp16_autograd():
             (x @ w).backward(grad16)
         base = triton.testing.do_bench(fp16_autograd, return_mode="median")
-        forward = triton.testing.do_bench(lambda: op.wmma_mm(a, b), return_mode="median")
+        forward = triton.testing.do_bench(lambda: fast_op.wmma_mm(a, b), return_mode="median")
         print(f"\n{m}x{k}x{n}: fp16 x @ w fwd+bwd {base:.3f} ms; op forward {forward:.3f} ms")
         for name, candidate in CANDIDATES.items():
             if name == "fp16 autocast path":
                 continue
-            ms = triton.testing.do_bench(lambda: (op.wmma_mm(a, b), candidate(grad, a, b)),
+            ms = triton.testing.do_bench(lambda: (fast_op.wmma_mm(a, b), candidate(grad, a, b)),
                                          return_mode="median")
             print(f"  {name:<36} fwd+bwd {ms:.3f} ms  {ms / base:.2f}x the fp16 path")
 

@@ -1,14 +1,14 @@
-"""planted_bugs.py: the split-K path's checks and the scale's barrier, seen failing.
+"""planted_bugs.py: the fast tier's split-K path's checks and the scale's barrier, seen failing.
 
-    python checks/planted_bugs.py            (needs a GPU and nvcc)
+    python fast/planted_bugs.py            (needs a GPU and nvcc)
 
-Each planted bug is a text edit of kernel.cu, made on a solved copy of the lesson
-(checks/solved.py: the answer key applied, or the folder's own solution where the
-exercise is solved, so that there is a bias to apply twice), and compiled into
-gate.cu for this machine's card, in its plain and its ordering build. Each gate must
-pass on the copy as it is and fail on every bug it reaches (on a card older than
-sm_90 it does not reach a bug in the early launch); the exit status is the number of
-verdicts that were not the expected one. The builds run side by side.
+Each planted bug is a text edit of fast/kernel.cu, made in a copy of the repository
+(so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it), and
+compiled into fast/gate.cu for this machine's card, in its plain and its ordering
+build. Each gate must pass on the copy as it is and fail on every bug it reaches (on
+a card older than sm_90 it does not reach a bug in the early launch); the exit
+status is the number of verdicts that were not the expected one. The builds run
+side by side.
 """
 
 import os
@@ -19,11 +19,11 @@ import tempfile
 
 import torch
 
-from solved import solved_copy
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# name: the (old, new) edits of kernel.cu. The first is no bug at all.
+# name: the (old, new) edits of fast/kernel.cu. The first is no bug at all.
 BUGS = {
-    "no bug (the solved copy as it is)": [],
+    "no bug (the copy as it is)": [],
     "the last split's partial sum dropped": [
         ("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
     "the first split's partial sum added twice": [
@@ -49,40 +49,45 @@ BUGS = {
 }
 
 
-# Each bug goes into both of gate.cu's builds: the plain one, and the ordering build,
-# in which every split holds before it writes its partial sums (gate.cu says how), so
-# that a missing wait is caught on every split shape rather than only where the
-# multiply happens to be slow.
+# Each bug goes into both of fast/gate.cu's builds: the plain one, and the ordering
+# build, in which every split holds before it writes its partial sums (fast/gate.cu
+# says how), so that a missing wait is caught on every split shape rather than only
+# where the multiply happens to be slow.
 GATES = {"gate": [], "gate_ordering": ["-DDAY87_ORDERING_BUILD"]}
 # The bugs that the plain gate may pass by timing, as the comment above them says.
 ORDERING_ONLY = {"the scale's cast does not wait at the grid barrier"}
 
 
+def copy_with_bug(folder, name, edits):
+    """The repository (its work tree, not its history) copied into `folder`, with
+    fast/kernel.cu edited."""
+    shutil.copytree(REPOSITORY, folder, ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    kernel = os.path.join(folder, "fast", "kernel.cu")
+    with open(kernel) as file:
+        text = file.read()
+    for old, new in edits:
+        if old not in text:
+            sys.exit(f"planted_bugs: fast/kernel.cu no longer has the text that '{name}' edits")
+        text = text.replace(old, new)
+    with open(kernel, "w") as file:
+        file.write(text)
+
+
 def main():
+    if not torch.cuda.is_available():
+        sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
-        solved = os.path.join(scratch, "solved")
-        print(f"planted_bugs: planted in {solved_copy(solved)}")
         builds = {}
         for index, (name, edits) in enumerate(BUGS.items()):
             folder = os.path.join(scratch, f"bug{index}")
-            os.makedirs(folder)
-            for file in ("kernel.cu", "gate.cu"):
-                shutil.copy(os.path.join(solved, file), folder)
-            with open(os.path.join(folder, "kernel.cu")) as file:
-                text = file.read()
-            for old, new in edits:
-                if old not in text:
-                    sys.exit(f"planted_bugs: kernel.cu no longer has the text that '{name}' edits")
-                text = text.replace(old, new)
-            with open(os.path.join(folder, "kernel.cu"), "w") as file:
-                file.write(text)
+            copy_with_bug(folder, name, edits)
             for gate_name, flags in GATES.items():
                 builds[name, gate_name] = (folder, subprocess.Popen(
                     [nvcc, "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", *flags,
-                     "-o", gate_name, "gate.cu"], cwd=folder))
+                     "-o", gate_name, os.path.join("fast", "gate.cu")], cwd=folder))
         unexpected = 0
         for (name, gate_name), (folder, build) in builds.items():
             if build.wait() != 0:

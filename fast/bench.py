@@ -1,12 +1,14 @@
-"""bench.py: wmma_mm beside cuBLAS, a training step beside fp16, and what a build costs.
+"""bench.py: the fast tier's wmma_mm beside cuBLAS, a training step beside fp16, and
+what a build costs.
 
-    python checks/bench.py                 # every table below (needs a GPU)
-    python checks/bench.py --forward       # tables 1 to 3 alone
-    python checks/bench.py --step          # tables 4 and 4a alone
-    python checks/bench.py --backward      # table 4a alone
-    python checks/bench.py --day88         # table 6 alone (in a folder whose exercise is solved)
-    python checks/bench.py --build-times   # cold build and warm import, in fresh processes
+    python fast/bench.py                 # every table below (needs a GPU)
+    python fast/bench.py --forward       # tables 1 to 3 alone
+    python fast/bench.py --step          # tables 4 and 4a alone
+    python fast/bench.py --backward      # table 4a alone
+    python fast/bench.py --day88         # table 6 alone
+    python fast/bench.py --build-times   # cold build and warm import, in fresh processes
 
+"Ours" is day87_fast (fast_op.py): the tuned forward and the tensor-core backward.
 The tables, in order:
 1. The forward's GPU time with host overhead taken out: calls captured in one CUDA
    graph and replayed, operands in L2, beside cuBLAS at the same precision contract
@@ -16,21 +18,22 @@ The tables, in order:
    operands from memory; medians of 15 CUDA-event timings of back-to-back calls.
 3. Host overhead: wall time per call at 128^3, where the GPU finishes first.
 4. One layer's training step, x (M x K) @ w (K x N) forward and backward, side by
-   side: the op; the fp16 path that autocast takes; the op with the lesson's FP32
-   backward; the floor, the same registration with a backward that launches
-   nothing. For each: wall time per step (steps back to back), host time per step
-   (the Python call alone, GPU idle before it) and GPU time per step (the step
-   captured in a CUDA graph and replayed), and the kernels the backward launches.
-   Then (4a) the backward alone, its kernels' GPU time beside the fp16 path's, split
-   into cuBLAS's two products and kernel.cu's scaling kernel; and (4b) where the
-   op's host time goes: each call of a step timed alone.
+   side: the op; the fp16 path that autocast takes; the op's forward with the
+   lesson's FP32 backward (op.py's); the floor, the same registration with a
+   backward that launches nothing. For each: wall time per step (steps back to
+   back), host time per step (the Python call alone, GPU idle before it) and GPU
+   time per step (the step captured in a CUDA graph and replayed), and the kernels
+   the backward launches. Then (4a) the backward alone, its kernels' GPU time beside
+   the fp16 path's, split into cuBLAS's two products and fast/kernel.cu's scaling
+   kernel; and (4b) where the op's host time goes: each call of a step timed alone.
 5. The same steps under torch.compile(mode="reduce-overhead"), operands marked
    static (no input copies), timed after the warm-up steps that record the graphs.
-6. Day 88's question, where the exercise is solved: the fused wmma_mm_bias against
-   wmma_mm + bias, cuBLAS + bias and fp16 addmm, GPU time as in table 1.
+6. Day 88's question: the fused wmma_mm_bias against wmma_mm + bias, cuBLAS + bias
+   and fp16 addmm, GPU time as in table 1.
 7. The backward's accuracy against float64.
 """
 
+import argparse
 import math
 import os
 import re
@@ -41,10 +44,26 @@ import tempfile
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAST = os.path.dirname(os.path.abspath(__file__))
+LESSON = os.path.dirname(FAST)
+sys.path[:0] = [FAST, LESSON]  # fast_op.py, and the lesson's op.py that it imports
+
 import torch  # noqa: E402
 
-import op  # noqa: E402
+if __name__ == "__main__":
+    # Usage, and the answer on a machine without a GPU, before the imports below build
+    # the extensions.
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    only = parser.add_mutually_exclusive_group()
+    for flag in ("--forward", "--step", "--backward", "--day88", "--build-times"):
+        only.add_argument(flag, action="store_true")
+    ARGUMENTS = parser.parse_args()
+    if not ARGUMENTS.build_times and not torch.cuda.is_available():
+        print("bench.py needs a GPU; nothing to measure here.")
+        sys.exit(0)
+
+import fast_op  # noqa: E402  ours
+import op  # noqa: E402  the lesson: its backward, for a comparison operator (table 4)
 
 GRAPH_SIZES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 512),
                (2048, 2048, 2048)]
@@ -142,7 +161,7 @@ def forward_tables(base, base_name):
     for m, n, k in GRAPH_SIZES:
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
         b = torch.randn(k, n, device="cuda", dtype=torch.half)
-        ours = graph_microseconds(lambda: op.wmma_mm(a, b))
+        ours = graph_microseconds(lambda: fast_op.wmma_mm(a, b))
         theirs = graph_microseconds(lambda: base(a, b))
         print(f"{m:>6}{n:>6}{k:>6}{ours:>10.2f}{theirs:>26.2f}{ours / theirs:>7.2f}", flush=True)
     print()
@@ -151,7 +170,7 @@ def forward_tables(base, base_name):
           f"{'wmma_mm us':>12}{'cuBLAS us':>11}")
     for m, n, k in SIZES:
         sets = input_sets(m, n, k)
-        ours = milliseconds_per_call(op.wmma_mm, sets)
+        ours = milliseconds_per_call(fast_op.wmma_mm, sets)
         theirs = milliseconds_per_call(base, sets)
         flops = 2.0 * m * n * k
         print(f"{m:>6}{n:>6}{k:>6}{flops / ours / 1e9:>17.1f}{flops / theirs / 1e9:>16.1f}"
@@ -162,7 +181,7 @@ def forward_tables(base, base_name):
     print(f"{'inputs':<22}{'wmma_mm':>10}{base_name:>28}")
     for requires_grad in (False, True):
         (a, b), = input_sets(128, 128, 128, requires_grad)[:1]
-        ours = host_microseconds_per_call(op.wmma_mm, a, b)
+        ours = host_microseconds_per_call(fast_op.wmma_mm, a, b)
         theirs = host_microseconds_per_call(base, a, b)
         label = "requires_grad=True" if requires_grad else "plain tensors"
         print(f"{label:<22}{ours:>10.1f}{theirs:>28.1f}")
@@ -173,16 +192,17 @@ def forward_tables(base, base_name):
 # The training step
 # ---------------------------------------------------------------------------
 def comparison_operators():
-    """wmma_mm's forward under the same kind of registration as the op (a fake,
-    register_autograd), twice. 'floor' has a backward that launches nothing: it
-    returns zeros made before timing, so the distance from the op's step to this one
-    is what its backward costs. 'lesson' has the lesson's backward, two FP32 matmuls."""
+    """The op's forward (day87_fast::wmma_mm) under the same kind of registration as
+    the op (a fake, register_autograd), twice. 'floor' has a backward that launches
+    nothing: it returns zeros made before timing, so the distance from the op's step
+    to this one is what its backward costs. 'lesson' has the lesson's backward,
+    op.py's own: two FP32 matmuls."""
     library = torch.library.Library("day87_bench", "DEF")
     zeros = {}
 
     def kernel(a, b):
         with torch.no_grad():  # opaque to autograd, as a C++ kernel is
-            return torch.ops.day87.wmma_mm(a, b)
+            return torch.ops.day87_fast.wmma_mm(a, b)
 
     def floor_setup(ctx, inputs, output):
         ctx.shapes = [tuple(t.shape) for t in inputs]
@@ -190,17 +210,11 @@ def comparison_operators():
     def floor_backward(ctx, grad):
         return tuple(zeros[shape] for shape in ctx.shapes)
 
-    def lesson_setup(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    def lesson_backward(ctx, grad):
-        a, b = ctx.saved_tensors
-        return (grad @ b.t().to(grad.dtype)).to(b.dtype), (a.t().to(grad.dtype) @ grad).to(a.dtype)
-
-    for name, setup, backward in (("floor", floor_setup, floor_backward), ("lesson", lesson_setup, lesson_backward)):
+    for name, setup, backward in (("floor", floor_setup, floor_backward),
+                                  ("lesson", op._setup_context, op._backward)):
         library.define(f"{name}(Tensor a, Tensor b) -> Tensor")
         library.impl(name, kernel, "CUDA")
-        torch.library.register_fake(f"day87_bench::{name}", op._fake, lib=library)
+        torch.library.register_fake(f"day87_bench::{name}", fast_op._fake, lib=library)
         torch.library.register_autograd(f"day87_bench::{name}", backward, setup_context=setup, lib=library)
 
     def prepare(*tensors):
@@ -212,7 +226,7 @@ def comparison_operators():
 
 def step_variants():
     """name: (forward, the dtype of the output gradient)."""
-    return {"op": (op.wmma_mm, torch.float32), "fp16 x @ w": (torch.mm, torch.half),
+    return {"op": (fast_op.wmma_mm, torch.float32), "fp16 x @ w": (torch.mm, torch.half),
             "lesson FP32 bwd": (torch.ops.day87_bench.lesson, torch.float32),
             "floor": (torch.ops.day87_bench.floor, torch.float32)}
 
@@ -236,21 +250,26 @@ def backward_kernels(forward, x, w, grad):
 
 
 def own_kernels():
-    """The names of the kernels that kernel.cu defines; any other kernel in a backward
-    is a library's (cuBLAS's products)."""
-    with open(os.path.join(op.HERE, "kernel.cu")) as source:
-        return set(re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", source.read()))
+    """The kernels that fast/kernel.cu defines, by qualified name ("tuned::splitSumKernel"):
+    any other kernel in a backward is a library's (cuBLAS's products). Qualified, so
+    that the lesson's kernel of the same bare name, which fast/kernel.cu includes, is
+    not taken for one of them."""
+    with open(os.path.join(FAST, "kernel.cu")) as source:
+        text = source.read()
+    namespace = re.search(r"^namespace (\w+) \{", text, re.MULTILINE).group(1)
+    names = re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", text)
+    return {f"{namespace}::{name}" for name in names}
 
 
 def backward_kernel_microseconds(forward, x, w, grad, repeats=7):
     """{part: GPU microseconds} of one eager backward's kernels (profiler), median of
     `repeats` backwards; the parts are "products" (the library's kernels) and each of
-    kernel.cu's kernels by name."""
+    fast/kernel.cu's kernels by name."""
     own, samples = own_kernels(), []
     for _ in range(repeats + 1):  # the first is a warm-up
         parts = {"products": 0.0}
         for event in backward_on_the_gpu(forward, x, w, grad):
-            kernel = re.match(r"(?:void )?(\w+)", event.name).group(1)
+            kernel = re.match(r"(?:void )?([\w:]+)", event.name).group(1)  # up to its template or parameters
             part = kernel if kernel in own else "products"
             parts[part] = parts.get(part, 0.0) + (getattr(event, "device_time", None) or event.cuda_time)
         samples.append(parts)
@@ -264,7 +283,7 @@ def backward_table():
         x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
         w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
         grad = torch.randn(m, n, device="cuda")
-        ours = backward_kernel_microseconds(op.wmma_mm, x, w, grad)
+        ours = backward_kernel_microseconds(fast_op.wmma_mm, x, w, grad)
         theirs = sum(backward_kernel_microseconds(torch.mm, x, w, grad.half()).values())
         total = sum(ours.values())
         print(f"{f'{m}x{k}x{n}':<18} op {total:.1f}, fp16 {theirs:.1f}, ratio {total / theirs:.2f}; "
@@ -342,9 +361,9 @@ def host_breakdown():
         w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
         grad = torch.randn(m, n, device="cuda")
         x16, w16, w32 = x.detach(), w.detach(), w.detach().float()
-        out = op.wmma_mm(x, w)
-        figures = [host_alone(lambda: op.wmma_mm(x16, w16)), host_alone(lambda: op.wmma_mm(x, w)),
-                   host_alone(lambda: torch.ops.day87.wmma_mm_backward(grad, x16, w16)),
+        out = fast_op.wmma_mm(x, w)
+        figures = [host_alone(lambda: fast_op.wmma_mm(x16, w16)), host_alone(lambda: fast_op.wmma_mm(x, w)),
+                   host_alone(lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x16, w16)),
                    host_alone(lambda: torch.mm(grad.half(), w16.t())),
                    host_alone(lambda: torch.mm(grad, w32.t())),
                    host_alone(lambda: torch.autograd.grad(out, (x, w), grad, retain_graph=True))]
@@ -384,12 +403,8 @@ def compiled_step_table(variants, rows):
 
 
 def day88_table(base):
-    """The exercise's fused operator against the three ways to get the same output
-    without it, where the folder's wmma_mm_bias exists (the answer key applied)."""
-    if not hasattr(torch.ops.day87, "wmma_mm_bias") or not torch._C._dispatch_has_kernel_for_dispatch_key(
-            "day87::wmma_mm_bias", "CUDA"):
-        print("6. day 88's table: no CUDA wmma_mm_bias in this folder (the exercise is not solved here)\n")
-        return
+    """Day 88's question: the fused wmma_mm_bias, the bias added in the kernel's store,
+    against the three ways to get the same output without it."""
     print("6. day 88: bias in the epilogue or not, GPU time per call (CUDA-graph replays, operands in L2), us")
     columns = ["fused wmma_mm_bias", "wmma_mm + bias", "cuBLAS f32 + bias", "addmm fp16"]
     print(f"{'M x K x N':<18}" + "".join(f"{name:>20}" for name in columns))
@@ -400,7 +415,7 @@ def day88_table(base):
         bias16 = bias.half()
         calls = 200 if m * n * k < 2**33 else 20
         figures = [graph_microseconds(function, calls=calls) for function in (
-            lambda: torch.ops.day87.wmma_mm_bias(a, b, bias), lambda: op.wmma_mm(a, b) + bias,
+            lambda: fast_op.wmma_mm_bias(a, b, bias), lambda: fast_op.wmma_mm(a, b) + bias,
             lambda: base(a, b) + bias, lambda: torch.addmm(bias16, a, b))]
         print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{figure:>20.2f}" for figure in figures), flush=True)
     print()
@@ -417,18 +432,20 @@ def accuracy_table():
         if regime != "randn":
             grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
         reference = grad.double() @ w.double().t()
-        errors = [torch.autograd.grad(op.wmma_mm(x, w), x, grad)[0], torch.autograd.grad(x @ w, x, grad.half())[0]]
+        errors = [torch.autograd.grad(fast_op.wmma_mm(x, w), x, grad)[0], torch.autograd.grad(x @ w, x, grad.half())[0]]
         errors.append(torch.autograd.grad(torch.ops.day87_bench.lesson(x, w), x, grad)[0])
         errors = [((e.double() - reference).norm() / reference.norm()).item() for e in errors]
         print(f"{regime:<14}{errors[0]:>10.2e}{errors[1]:>11.2e}{errors[2]:>13.2e}")
 
 
+def device_line(base_name=None):
+    return (f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
+            + (f", baseline {base_name}" if base_name else "") + "\n")
+
+
 def bench():
-    if not torch.cuda.is_available() or not op.BUILD["with_cuda"]:
-        print("bench.py needs a GPU and the extension's CUDA part; nothing to measure here.")
-        return
     base, base_name = baseline()
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
+    print(device_line(base_name))
     forward_tables(base, base_name)
     library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables below
     variants, rows = training_step_tables(prepare_floor)
@@ -440,51 +457,55 @@ def bench():
 
 
 def build_times():
-    """Cold build (a fresh cache, this machine's architecture only) and warm import
-    (import op minus import torch, median of 5 fresh processes)."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """Cold build, in a fresh cache: the lesson's extension (which fast_op.py imports
+    first), then the fast tier's alone; and warm import (median of 5 fresh processes)
+    of torch, then the lesson's op, then fast_op."""
+    path = f"import sys; sys.path[:0] = [{LESSON!r}, {FAST!r}]; import time; "
+    cold_probe = path + ("import torch; t0 = time.perf_counter(); import op; t1 = time.perf_counter(); "
+                         "import fast_op; t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
+    warm_probe = path + ("t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); import op; "
+                         "t2 = time.perf_counter(); import fast_op; t3 = time.perf_counter(); "
+                         "print(t1 - t0, t2 - t1, t3 - t2)")
+
+    def seconds(probe, environment):
+        return [float(part) for part in subprocess.run([sys.executable, "-c", probe], env=environment, check=True,
+                                                       capture_output=True, text=True).stdout.split()]
+
     with tempfile.TemporaryDirectory(prefix="day87-cold-") as cache:
         environment = dict(os.environ, TORCH_EXTENSIONS_DIR=cache)
-        if op.BUILD["with_cuda"]:
-            environment["TORCH_CUDA_ARCH_LIST"] = op.architecture_list()
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import op"], cwd=here, env=environment, check=True)
-        cold = time.perf_counter() - start
-        probe = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); "
-                 "import op; t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
-        samples = [subprocess.run([sys.executable, "-c", probe], cwd=here, env=environment, check=True,
-                                  capture_output=True, text=True).stdout.split() for _ in range(5)]
-    torch_import = statistics.median(float(s[0]) for s in samples)
-    op_import = statistics.median(float(s[1]) for s in samples)
-    what = f"architectures {op.BUILD['archs']}" if op.BUILD["with_cuda"] else "CPU part only"
-    print(f"cold build ({what}): {cold:.1f} s")
-    print(f"warm import: import torch {torch_import:.3f} s, then import op {op_import:.3f} s")
+        lesson_cold, fast_cold = seconds(cold_probe, environment)
+        warm = [seconds(warm_probe, environment) for _ in range(5)]
+    torch_import, op_import, fast_import = (statistics.median(sample[i] for sample in warm) for i in range(3))
+    what = f"architectures {fast_op.BUILD['archs']}" if fast_op.BUILD["with_cuda"] else "CPU part only"
+    print(f"cold build ({what}): the lesson's extension {lesson_cold:.1f} s, then the fast tier's {fast_cold:.1f} s")
+    print(f"warm import: import torch {torch_import:.3f} s, import op {op_import:.3f} s, "
+          f"then import fast_op {fast_import:.3f} s")
 
 
-def main():
-    if sys.argv[1:] == ["--build-times"]:
-        build_times()
-    elif sys.argv[1:] == []:
-        bench()
-    elif sys.argv[1:] == ["--forward"] and torch.cuda.is_available():
+def main(arguments):
+    if arguments.build_times:
+        return build_times()
+    if not fast_op.BUILD["with_cuda"]:
+        print("bench.py needs the extension's CUDA part, and it was built without one; nothing to measure here.")
+        return
+    if arguments.forward:
         base, base_name = baseline()
-        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, baseline {base_name}\n")
+        print(device_line(base_name))
         forward_tables(base, base_name)
-    elif sys.argv[1:] == ["--step"] and torch.cuda.is_available():
-        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+    elif arguments.step:
+        print(device_line())
         library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables
         training_step_tables(prepare_floor)
         backward_table()
-    elif sys.argv[1:] == ["--backward"] and torch.cuda.is_available():
-        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+    elif arguments.backward:
+        print(device_line())
         backward_table()
-    elif sys.argv[1:] == ["--day88"] and torch.cuda.is_available():
-        print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}\n")
+    elif arguments.day88:
+        print(device_line())
         day88_table(baseline()[0])
     else:
-        print(__doc__)
-        sys.exit(2)
+        bench()
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGUMENTS)

@@ -1,29 +1,33 @@
-"""forward_variants.py: how the forward's tile plans were chosen.
+"""forward_variants.py: how the fast tier's tile plans were chosen.
 
-    python checks/forward_variants.py              (needs a GPU)
-    python checks/forward_variants.py Plan         only the variants whose names hold "Plan"
-    python checks/forward_variants.py --splits     the split-K choice: each plan at the
-                                                   small shapes with 1 to 16 splits of K
-    python checks/forward_variants.py --splits 64x64   the same for the named variants
+    python fast/forward_variants.py              (needs a GPU)
+    python fast/forward_variants.py Plan         only the variants whose names hold "Plan"
+    python fast/forward_variants.py --splits     the split-K choice: each plan at the
+                                                 small shapes with 1 to 16 splits of K
+    python fast/forward_variants.py --splits 64x64   the same for the named variants
 
-kernel.cu's kernel is one template over a TilePlan (block tile, warp tile, stage
-depth, stage count). Each variant below is kernel.cu itself, as it is on disk, with a
-plan and with the source edits listed (in a namespace of its own); the tool checks each
-against float64 at a shape with several tile groups and a K tail, and times each
-beside cuBLAS at the same precision contract (FP16 in, FP32 accumulate and out),
-with bench.py's method: fresh random inputs rotated past the L2, medians of CUDA
-event timings. Each plan's figure, prediction and outcome go into checks/NOTES.md.
+fast/kernel.cu's kernel is one template over a TilePlan (block tile, warp tile, stage
+depth, stage count). Each variant below is fast/kernel.cu itself, as it is on disk, cut
+before its plan launcher, with a plan and with the source edits listed, in a namespace
+of its own; the lesson's kernel.cu, which fast/kernel.cu includes, comes once before
+them all, outside every namespace. The tool checks each variant against float64 at a
+shape with several tile groups and a K tail, and times each beside cuBLAS at the same
+precision contract (FP16 in, FP32 accumulate and out), with bench.py's method: fresh
+random inputs rotated past the L2, medians of CUDA event timings. Each plan's figure,
+prediction and outcome go into checks/NOTES.md.
 """
 
+import argparse
 import os
+import re
 import sys
 
 import torch
-import torch.utils.cpp_extension
 
-LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = os.path.dirname(os.path.abspath(__file__))
+LESSON = os.path.dirname(FAST)
 
-# Source edits a variant makes to kernel.cu: (what it says, the text replaced, the text put in).
+# Source edits a variant makes to fast/kernel.cu: (what it says, the text replaced, the text put in).
 PRELOAD_B = ("all four B fragments loaded before the MMAs", """            // One B fragment at a time, each feeding four MMAs: loading all four
             // first compiled to the same registers and measured no faster.
 #pragma unroll
@@ -61,7 +65,10 @@ ONE_BLOCK = ("one block per SM, as on a T4", "Plan::kSharedBytes", "(120 * 1024)
 LAST_STAGE_DROPPED = ("the last stage dropped",
                       "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);",
                       "(k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile) - 1;")
-GROUPS_16 = ("16 block-rows per group", "constexpr int kGroupRows = 8;", "constexpr int kGroupRows = 16;")
+# kGroupRows is the lesson's, in kernel.cu; the variant's own, declared in the kernel,
+# hides it there.
+GROUPS_16 = ("16 block-rows per group", "    const int tiles_per_group = kGroupRows * tiles_n;\n",
+             "    constexpr int kGroupRows = 16;\n    const int tiles_per_group = kGroupRows * tiles_n;\n")
 TWO_BLOCKS = ("two blocks per SM asked of the compiler", "__launch_bounds__(Plan::kThreads)",
               "__launch_bounds__(Plan::kThreads, 2)")
 # The split-K reduction launched in plain stream order, not as the multiply's
@@ -73,7 +80,7 @@ REDUCTION_IN_ORDER = ("the reduction launched in stream order", "config.numAttrs
 NO_REDUCTION = ("no reduction (timing only)", "    if (splits == 1 || status != cudaSuccess) return status;",
                 "    return status;")
 
-# name: (BlockM, BlockN, WarpM, WarpN, BlockK, Stages) as kernel.cu's TilePlan takes
+# name: (BlockM, BlockN, WarpM, WarpN, BlockK, Stages) as fast/kernel.cu's TilePlan takes
 # them, and source edits.
 VARIANTS = {
     "SquarePlan 128x128, 3 x 32": ((128, 128, 64, 64, 32, 3), []),
@@ -110,9 +117,9 @@ SPLIT_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
-# Every variant's plan launcher behind one function. It fills kernel.cu's GemmOperands
-# member by member, so that an operand a solved exercise adds (a bias) stays unset,
-# and splits K as it is told (workspace: splits x M x N floats).
+# Every variant's plan launcher behind one function. It fills the variant's
+# GemmOperands member by member, so that the bias stays unset (nullptr: no bias), and
+# splits K as it is told (workspace: splits x M x N floats).
 DISPATCH = """
 cudaError_t run_variant(int index, const half* pa, const half* pb, float* c, int m, int n, int k,
                         int splits, float* workspace, cudaStream_t stream) {
@@ -150,39 +157,55 @@ void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c, 
 }
 """
 
-# kernel.cu is cut here: the plans, the kernels and launchPlan come before it; the
+# fast/kernel.cu is cut here: the plans, the kernels and launchPlan come before it; the
 # launcher's choice, launchWmmaGemm and the backward's helpers after it.
 CUT_BEFORE = "// Which plan and how many splits of K a call runs"
+# What fast/kernel.cu wraps its own code in: a variant's namespace takes its place, and
+# the closer, after the cut, is not in the variant's text.
+OPENER = "namespace tuned {\n"
+INCLUDE = re.compile(r'^#include\s+([<"])([^>"]+)[>"].*\n', re.MULTILINE)
 
 
-def variant_source(index, edits, lesson=LESSON):
-    """kernel.cu up to its plan launcher, with the edits made, in a namespace of its own."""
-    with open(os.path.join(lesson, "kernel.cu")) as kernel:
+def variant_source(index, edits, fast=FAST):
+    """fast/kernel.cu up to its plan launcher, without its includes and its namespace
+    opener, with the edits made, in a namespace of its own."""
+    with open(os.path.join(fast, "kernel.cu")) as kernel:
         text = kernel.read()
-    if CUT_BEFORE not in text:
-        raise SystemExit(f"forward_variants: kernel.cu no longer has the line {CUT_BEFORE!r} to cut at")
-    text = text[:text.index(CUT_BEFORE)]
+    for needed, what in ((CUT_BEFORE, "the line"), (OPENER.strip(), "the opener")):
+        if needed not in text:
+            raise SystemExit(f"forward_variants: fast/kernel.cu no longer has {what} {needed!r} to cut at")
+    text = INCLUDE.sub("", text[:text.index(CUT_BEFORE)]).replace(OPENER, "", 1)
     for what, old, new in edits:
         if old not in text:
-            raise SystemExit(f"forward_variants: kernel.cu no longer has the text that '{what}' edits")
+            raise SystemExit(f"forward_variants: fast/kernel.cu no longer has the text that '{what}' edits")
         text = text.replace(old, new)
     return f"namespace variant{index} {{\n{text}\n}}\n"
 
 
-def variants_source(variants, lesson=LESSON):
-    """Plain CUDA (no torch): every variant's namespace and run_variant()."""
-    namespaces = "".join(variant_source(index, edits, lesson) for index, (_, edits) in enumerate(variants.values()))
+def variants_source(variants, fast=FAST):
+    """Plain CUDA (no torch): the includes of fast/kernel.cu once, outside every
+    namespace, then every variant's namespace and run_variant(). The lesson's kernel.cu
+    comes as its text, not as an include: the build, keyed by its sources' text, is
+    then rebuilt when the lesson's kernel changes."""
+    with open(os.path.join(fast, "kernel.cu")) as kernel:
+        includes = INCLUDE.findall(kernel.read())
+    parts = []
+    for kind, name in includes:
+        if kind == "<":
+            parts.append(f"#include <{name}>\n")
+        else:  # a file of the project, at its path from fast/
+            with open(os.path.join(fast, name)) as included:
+                parts.append(f"// {name}\n{included.read()}\n")
+    namespaces = "".join(variant_source(index, edits, fast) for index, (_, edits) in enumerate(variants.values()))
     cases = "\n".join(CASE.format(index=index, plan=", ".join(map(str, plan)))
                       for index, (plan, _) in enumerate(variants.values()))
-    # kernel.cu's own headers first, outside every namespace: their include guards then
-    # make the copies inside the namespaces empty, and no library lands in one.
-    with open(os.path.join(lesson, "kernel.cu")) as kernel:
-        headers = "".join(line for line in kernel if line.startswith("#include <"))
-    return headers + namespaces + DISPATCH % cases
+    return "".join(parts) + namespaces + DISPATCH % cases
 
 
 def build(variants):
-    return torch.utils.cpp_extension.load_inline(
+    # Imported here, where a GPU is: its import warns "No CUDA runtime is found" wherever none is.
+    from torch.utils import cpp_extension
+    return cpp_extension.load_inline(
         "day87_forward_variants",
         cpp_sources="void run_plan(int64_t, torch::Tensor, torch::Tensor, torch::Tensor, int64_t, torch::Tensor);",
         cuda_sources=BINDING % variants_source(variants), functions=["run_plan"],
@@ -190,16 +213,20 @@ def build(variants):
 
 
 def main():
-    sys.path.insert(0, LESSON)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import bench  # its timing method and input sets (and, through it, op.py's build)
-    import test_op  # the error bound: error_ratio
-
-    if not torch.cuda.is_available():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="only the variants whose names hold one of these")
+    parser.add_argument("--splits", action="store_true", help="the split-K table instead of the main one")
+    arguments = parser.parse_args()
+    if not torch.cuda.is_available():  # said before anything builds
         print("forward_variants.py needs a GPU; nothing to measure here.")
         return
-    wanted = [part for part in sys.argv[1:] if part != "--splits"]
-    if "--splits" in sys.argv[1:] and not wanted:
+    sys.path.insert(0, LESSON)
+    sys.path.insert(0, FAST)
+    import bench  # its timing method and input sets (and, through it, the fast tier's build)
+    import test_op  # the error bound: error_ratio
+
+    wanted = arguments.names
+    if arguments.splits and not wanted:
         wanted = ["SquarePlan 128x128", "SmallGridPlan", "TuringPlan"]
     variants = {name: variant for name, variant in VARIANTS.items()
                 if not wanted or any(part in name for part in wanted)}
@@ -213,7 +240,7 @@ def main():
             return c
         return call
 
-    if "--splits" in sys.argv[1:]:
+    if arguments.splits:
         return split_table(variants, plan_call, bench, test_op)
 
     base, base_name = bench.baseline()
@@ -256,21 +283,21 @@ def main():
 def split_table(variants, plan_call, bench, test_op):
     """GPU time (CUDA-graph replays, operands in L2) of each plan at the small shapes
     with K in 1 to 16 splits, beside cuBLAS and the launcher's own choice."""
-    import op
+    import fast_op
     base, base_name = bench.baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
-          f"graph replays, operands in L2; op.wmma_mm is the launcher's own choice")
+          f"graph replays, operands in L2; fast_op.wmma_mm is the launcher's own choice")
     one = torch.zeros(1, device="cuda")
     print(f"the floor, a kernel that does next to nothing (a one-element add_): "
           f"{bench.graph_microseconds(lambda: one.add_(1)):.2f}")
     for index, name in enumerate(variants):
         print(f"\n{name}")
-        print(f"{'M x N x K':<18}{base_name:>24}{'op.wmma_mm':>12}" + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
+        print(f"{'M x N x K':<18}{base_name:>24}{'fast_op.wmma_mm':>17}" + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
         for m, n, k in SPLIT_SHAPES:
             a = torch.randn(m, k, device="cuda", dtype=torch.half)
             b = torch.randn(k, n, device="cuda", dtype=torch.half)
             line = (f"{f'{m}x{n}x{k}':<18}{bench.graph_microseconds(lambda: base(a, b)):>24.2f}"
-                    f"{bench.graph_microseconds(lambda: op.wmma_mm(a, b)):>12.2f}")
+                    f"{bench.graph_microseconds(lambda: fast_op.wmma_mm(a, b)):>17.2f}")
             for splits in SPLIT_COUNTS:
                 call = plan_call(index, splits)
                 if "timing only" not in name and test_op.error_ratio(call(a, b), a, b) > 1:

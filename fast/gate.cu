@@ -1,0 +1,312 @@
+// fast/gate.cu: the fast tier's standalone gate. fast/kernel.cu's launcher, and each
+// of its tile plans directly (whole and with K split, with and without a bias),
+// against a float64 CPU reference, and the backward's scaling kernel against the
+// same arithmetic on the CPU, with no PyTorch anywhere: if this fails, the kernels
+// are wrong, not the binding.
+//
+// Build and run from the lesson's folder (any card from sm_75 up; name yours):
+//   nvcc -O3 -arch=sm_90 -o fast/gate fast/gate.cu && fast/gate
+//
+// The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
+// 200,000 SM cycles before it writes its partial sums (long beside the multiply
+// itself), and the workspace starts as NaN as always, so a split-K reduction that
+// reads before it waits reads NaN on every split shape, not only where the multiply
+// happens to be slow. The scaling kernel's block 0 holds as long before it writes its
+// largest magnitude, so a cast that does not wait at the grid's barrier reads that
+// block's poison:
+//   nvcc -O3 -arch=sm_90 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu && fast/gate_ordering
+//
+// It exits 0 when every shape is within its error bound, and 1 on a mismatch, on any
+// CUDA error, or where there is no CUDA device to run on. Exiting is right here, in a
+// program of its own, so it uses the lesson's CUDA_CHECK (kernel.cu); the extension
+// never does, because an operator must raise, not exit.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+// fast/kernel.cu calls these where a split writes its partial sums and where a block
+// of the scaling kernel writes its largest magnitude; they must be defined before it
+// is included.
+#ifdef DAY87_ORDERING_BUILD
+#include <cuda_runtime.h>
+__device__ void holdPartialResults() {
+    const long long start = clock64();
+    while (clock64() - start < 200000) __nanosleep(1000);
+}
+#define DAY87_HOLD_PARTIAL_SUMS() holdPartialResults()
+#define DAY87_HOLD_PARTIAL_MAXIMA()                \
+    do {                                           \
+        if (blockIdx.x == 0) holdPartialResults(); \
+    } while (0)
+#endif
+
+#include "kernel.cu"  // fast/kernel.cu, which includes the lesson's kernel.cu first
+
+// ---------------------------------------------------------------------------
+// CPU reference
+// ---------------------------------------------------------------------------
+// reference = A @ B in float64 from the same FP16 values the kernel reads, and
+// magnitude = |A| @ |B|, the scale of the error bound below.
+void referenceGemm(const std::vector<half>& a, const std::vector<half>& b,
+                   std::vector<double>& reference, std::vector<double>& magnitude, int m, int n,
+                   int k) {
+    std::vector<double> a_wide(a.size()), b_wide(b.size());
+    for (size_t i = 0; i < a.size(); ++i) a_wide[i] = __half2float(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) b_wide[i] = __half2float(b[i]);
+    for (int i = 0; i < m; ++i) {
+        double* row = &reference[static_cast<size_t>(i) * n];
+        double* row_magnitude = &magnitude[static_cast<size_t>(i) * n];
+        for (int j = 0; j < n; ++j) row[j] = row_magnitude[j] = 0.0;
+        for (int p = 0; p < k; ++p) {
+            const double left = a_wide[static_cast<size_t>(i) * k + p];
+            const double* b_row = &b_wide[static_cast<size_t>(p) * n];
+            for (int j = 0; j < n; ++j) {
+                row[j] += left * b_row[j];
+                row_magnitude[j] += std::fabs(left * b_row[j]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One shape through one launch
+// ---------------------------------------------------------------------------
+// How a check launches: a plan directly, K in `splits` runs, or the launcher, which
+// chooses both. The operands travel as fast/kernel.cu's GemmOperands, so an operand
+// added there changes nothing here.
+using Launcher = cudaError_t (*)(const tuned::GemmOperands&, int splits, float* workspace, cudaStream_t);
+
+// The launcher that fast/binding.cpp calls, with its arguments taken from the operands.
+cudaError_t launchChosen(const tuned::GemmOperands& operands, int, float* workspace, cudaStream_t stream) {
+    return tuned::launchWmmaGemm(operands.a, operands.b, operands.bias, operands.c, operands.m, operands.n,
+                                 operands.k, workspace, stream);
+}
+
+// The bound is test_op.py's, derived there (error_ratio): K * 2^-23 * (|A| @ |B|), and
+// with a bias (K + 1) * 2^-23 * (|A| @ |B| + |bias|): one more FP32 addition.
+bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, int n, int k,
+                std::mt19937& generator, bool with_bias = false) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
+    for (auto& value : a) value = __float2half(normal(generator));
+    for (auto& value : b) value = __float2half(normal(generator));
+    std::vector<float> bias(with_bias ? n : 0);
+    for (auto& value : bias) value = normal(generator);
+
+    half *device_a, *device_b;
+    float *device_c, *device_bias = nullptr, *workspace = nullptr;
+    const size_t workspace_bytes = launch == launchChosen ? tuned::wmmaGemmWorkspaceBytes(m, n, k)
+                                                          : splits * static_cast<size_t>(m) * n * sizeof(float);
+    CUDA_CHECK(cudaMalloc(&device_a, a.size() * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&device_b, b.size() * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&device_c, static_cast<size_t>(m) * n * sizeof(float)));
+    if (with_bias) {
+        CUDA_CHECK(cudaMalloc(&device_bias, bias.size() * sizeof(float)));
+        CUDA_CHECK(cudaMemcpy(device_bias, bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    if (workspace_bytes) CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    // And the workspace: a partial sum read before it was written is NaN.
+    if (workspace_bytes) CUDA_CHECK(cudaMemset(workspace, 0xFF, workspace_bytes));
+    CUDA_CHECK(cudaMemcpy(device_a, a.data(), a.size() * sizeof(half), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(device_b, b.data(), b.size() * sizeof(half), cudaMemcpyHostToDevice));
+    // Poison C with NaN bytes (0xFF): an element the kernel never writes fails.
+    CUDA_CHECK(cudaMemset(device_c, 0xFF, static_cast<size_t>(m) * n * sizeof(float)));
+
+    tuned::GemmOperands operands{};
+    operands.a = device_a;
+    operands.b = device_b;
+    operands.c = device_c;
+    operands.m = m;
+    operands.n = n;
+    operands.k = k;
+    operands.bias = device_bias;
+    CUDA_CHECK(launch(operands, splits, workspace, /*stream=*/0));
+    CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
+
+    std::vector<float> c(static_cast<size_t>(m) * n);
+    CUDA_CHECK(cudaMemcpy(c.data(), device_c, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(device_a));
+    CUDA_CHECK(cudaFree(device_b));
+    CUDA_CHECK(cudaFree(device_c));
+    if (device_bias) CUDA_CHECK(cudaFree(device_bias));
+    if (workspace) CUDA_CHECK(cudaFree(workspace));
+
+    std::vector<double> reference(c.size()), magnitude(c.size());
+    referenceGemm(a, b, reference, magnitude, m, n, k);
+    for (size_t i = 0; with_bias && i < c.size(); ++i) {
+        reference[i] += bias[i % n];
+        magnitude[i] += std::fabs(bias[i % n]);
+    }
+    double worst = 0.0;  // the largest |error| / bound over all elements
+    bool finite = true;
+    for (size_t i = 0; i < c.size(); ++i) {
+        if (!std::isfinite(c[i])) finite = false;
+        const double bound = (k + with_bias) * std::ldexp(1.0, -23) * magnitude[i];
+        worst = std::fmax(worst, std::fabs(c[i] - reference[i]) / bound);
+    }
+    const bool pass = finite && worst <= 1.0;
+    char name[64];
+    if (launch == launchChosen)
+        snprintf(name, sizeof(name), "%s%s", launcher_name, with_bias ? ", bias" : "");
+    else
+        snprintf(name, sizeof(name), "%s, %d split(s)%s", launcher_name, splits, with_bias ? ", bias" : "");
+    printf("%-38s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
+           pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
+    return pass;
+}
+
+// Each plan directly, whichever one the launcher would choose on this card: K % 32 ==
+// 16 (a half-filled last stage of 32), K = 16 (a single step), a K of 4096 split in
+// two (a multiply long enough that a reduction launched early which did not wait for
+// it would read unwritten sums), and K split two ways and four, where the splits'
+// stages do not divide evenly (17 stages of 16, 9 of 32). Then the bias, which must
+// be added once: whole, and with K split (the reduction adds it, not each split).
+template <class Plan>
+bool checkPlan(const char* name, std::mt19937& generator) {
+    const Launcher launch = tuned::launchPlan<Plan>;
+    bool pass = checkShape(name, launch, 1, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272, generator);
+    pass &= checkShape(name, launch, 1, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
+    pass &= checkShape(name, launch, 2, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 4096, generator);
+    for (int splits : {2, 4})
+        pass &= checkShape(name, launch, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272, generator);
+    for (int splits : {1, 2})
+        pass &= checkShape(name, launch, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272, generator,
+                           /*with_bias=*/true);
+    return pass;
+}
+
+// ---------------------------------------------------------------------------
+// The backward's scaling
+// ---------------------------------------------------------------------------
+// launchScaleToHalf on grad (rows x cols with these strides, in a buffer of random
+// values of magnitudes 1e-6 to 1, one of them the largest, -2^20 in magnitude, at
+// `largest_at`), against the CPU's own power of two and roundings: every FP16 and
+// the unscale must be bit-equal. The partial maxima's workspace starts as 2^100 in
+// every float (NaN would not do: fmaxf drops a NaN), so a cast that reads a partial
+// maximum before it is written derives a scale 2^-80 too small and casts zeros.
+bool checkScale(const char* name, int rows, int cols, bool transposed, size_t largest_at,
+                std::mt19937& generator) {
+    const size_t count = static_cast<size_t>(rows) * cols;
+    const int64_t row_stride = transposed ? 1 : cols, col_stride = transposed ? rows : 1;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> decades(-6.0f, 0.0f);
+    std::vector<float> grad(count);
+    for (auto& value : grad) value = normal(generator) * std::pow(10.0f, decades(generator));
+    grad[largest_at] = -std::ldexp(1.0f, 20);  // a negative largest: |value| is what counts
+
+    // The CPU's arithmetic, as fast/kernel.cu's comment states it.
+    float largest = 0.0f;
+    for (float value : grad) largest = std::fmax(largest, std::fabs(value));
+    int exponent;
+    std::frexp(largest, &exponent);
+    const int biased = std::min(std::max(142 - exponent, 1), 253);
+    const float scale = std::ldexp(1.0f, biased - 127), unscale = std::ldexp(1.0f, 127 - biased);
+
+    float *device_grad, *workspace, *alpha_and_beta;
+    half* device_scaled;
+    CUDA_CHECK(cudaMalloc(&device_grad, count * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&device_scaled, count * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&workspace, tuned::kMaxHelperBlocks * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&alpha_and_beta, 2 * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(device_grad, grad.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+    const std::vector<float> poison(tuned::kMaxHelperBlocks, std::ldexp(1.0f, 100));
+    CUDA_CHECK(cudaMemcpy(workspace, poison.data(), poison.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(device_scaled, 0xFF, count * sizeof(half)));  // NaN: an unwritten FP16 fails
+    CUDA_CHECK(tuned::launchScaleToHalf(device_grad, rows, cols, row_stride, col_stride, device_scaled,
+                                        alpha_and_beta, workspace, /*stream=*/0));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<half> scaled(count);
+    float factors[2];
+    CUDA_CHECK(cudaMemcpy(scaled.data(), device_scaled, count * sizeof(half), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(factors, alpha_and_beta, sizeof(factors), cudaMemcpyDeviceToHost));
+    for (void* pointer : {static_cast<void*>(device_grad), static_cast<void*>(device_scaled),
+                          static_cast<void*>(workspace), static_cast<void*>(alpha_and_beta)})
+        CUDA_CHECK(cudaFree(pointer));
+
+    size_t wrong = 0;
+    for (int row = 0; row < rows; ++row)
+        for (int col = 0; col < cols; ++col) {
+            const half expected = __float2half_rn(grad[row * row_stride + col * col_stride] * scale);
+            unsigned short got_bits, expected_bits;
+            std::memcpy(&got_bits, &scaled[static_cast<size_t>(row) * cols + col], sizeof(got_bits));
+            std::memcpy(&expected_bits, &expected, sizeof(expected_bits));
+            wrong += got_bits != expected_bits;
+        }
+    const bool pass = wrong == 0 && factors[0] == unscale && factors[1] == 0.0f;
+    printf("scale: %-26s %5d x %5d   %zu of %zu FP16s differ, unscale %s   %s\n", name, rows, cols, wrong, count,
+           factors[0] == unscale && factors[1] == 0.0f ? "exact" : "WRONG", pass ? "pass" : "FAIL");
+    return pass;
+}
+
+// A machine with no GPU, or no driver, is said to be one, as the lesson's gate.cu
+// says it: the runtime's own message there sends a reader looking for the wrong fix.
+void requireDevice() {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status == cudaSuccess && count > 0) return;
+    fprintf(stderr, "gate: no CUDA device to run on (%s); the gate needs a GPU of sm_75 or newer\n",
+            status == cudaSuccess ? "the driver sees none" : cudaGetErrorString(status));
+    exit(EXIT_FAILURE);
+}
+
+int main() {
+    requireDevice();
+    int device;
+    cudaDeviceProp properties;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+#ifdef DAY87_ORDERING_BUILD
+    const char* build = ", ordering build (partial results held before they are written)";
+#else
+    const char* build = "";
+#endif
+    printf("gate: %s, sm_%d%d, %d SMs%s\n", properties.name, properties.major, properties.minor,
+           properties.multiProcessorCount, build);
+    std::mt19937 generator(87);
+    bool all_pass = true;
+    all_pass &= checkPlan<tuned::SquarePlan>("SquarePlan", generator);
+    all_pass &= checkPlan<tuned::SmallGridPlan>("SmallGridPlan", generator);
+    all_pass &= checkPlan<tuned::TuringPlan>("TuringPlan", generator);
+
+    // Through the launcher, without and with a bias: the lesson's two shapes, a K that
+    // leaves a half-filled last stage, a single tile, a shape with several tile groups,
+    // one split ten ways on a large card and one too large to split. Each line says
+    // what the launcher chose.
+    const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48}, {128, 128, 16},
+                             {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024}, {2048, 2048, 256}};
+    for (const auto& shape : shapes) {
+        tuned::LaunchChoice choice;
+        CUDA_CHECK(tuned::chooseLaunch(shape[0], shape[1], shape[2], &choice));
+        char name[64];
+        const char* plan = choice.plan == tuned::PlanChoice::kTuring      ? "Turing"
+                           : choice.plan == tuned::PlanChoice::kSmallGrid ? "SmallGrid"
+                                                                          : "Square";
+        snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);
+        for (bool with_bias : {false, true})
+            all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator, with_bias);
+    }
+
+    // The launcher must refuse a shape the tile does not divide, not run it.
+    const bool refused = tuned::launchWmmaGemm(nullptr, nullptr, nullptr, nullptr, 100, 128, 16, nullptr, 0) ==
+                         cudaErrorInvalidValue;
+    printf("launcher refuses M=100: %s\n", refused ? "pass" : "FAIL");
+    all_pass &= refused;
+    CUDA_CHECK(cudaGetLastError());
+
+    // The backward's scaling: held in registers (with the largest first), a count that
+    // is not a multiple of 4 (and the largest last), held in registers and shared
+    // memory with the rest read twice (a 64 MB grad; the largest in the last float4),
+    // and a transposed view, walked element by element.
+    all_pass &= checkScale("registers", 256, 512, false, 0, generator);
+    all_pass &= checkScale("count % 4 == 3", 129, 131, false, 129 * 131 - 1, generator);
+    all_pass &= checkScale("shared memory, read twice", 4096, 4096, false, 4096 * 4096 - 2, generator);
+    all_pass &= checkScale("transposed view", 300, 200, true, 12345, generator);
+
+    printf("gate: %s\n", all_pass ? "PASS" : "FAIL");
+    return all_pass ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# fast/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
+# in four parts that each run on their own, none of them long.
+#
+#   bash fast/gpu_check.sh gate OUT       # fast/gate.cu and its ordering build,
+#                                         # compute-sanitizer on the gate and on the
+#                                         # operators through torch, the planted bugs
+#                                         # that the gate must catch, the lesson's
+#                                         # table against day87_fast (fast/test_fast.py),
+#                                         # which plan ran, ncu on the forward
+#   bash fast/gpu_check.sh bench OUT      # fast/bench.py: every table, day 88's included
+#   bash fast/gpu_check.sh forward OUT    # the tile plans: the gate for sm_90a and
+#                                         # compute_75, the sm_75 cubin's registers,
+#                                         # every forward variant timed
+#   bash fast/gpu_check.sh compute75 OUT  # the T4's code path, compute_75 PTX that the
+#                                         # driver compiles for this card: the gate and
+#                                         # compute-sanitizer, the table, which plan ran,
+#                                         # the plans among the variants
+#
+# Run it from anywhere; it works in the lesson's folder (fast/..). Each step's output
+# goes to the console and to OUT/PART.log; the exit status is the number of steps that
+# failed.
+set -u
+part=${1:-}
+out=${2:-}
+case "$part" in
+    gate | bench | forward | compute75) [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; } ;;
+    *) echo "usage: bash fast/gpu_check.sh gate|bench|forward|compute75 OUT" >&2; exit 2 ;;
+esac
+cd "$(dirname "$0")/.."   # the lesson's folder, where fast/ is
+mkdir -p "$out"
+log="$out/$part.log"
+: >"$log"
+export PYTHONUNBUFFERED=1
+failures=0
+
+step() {  # step NAME COMMAND...: run, log, and count a failure
+    local name=$1
+    shift
+    echo "=== $name: $*" | tee -a "$log"
+    local start=$SECONDS
+    "$@" 2>&1 | tee -a "$log"
+    local status=${PIPESTATUS[0]}
+    echo "=== $name: exit $status after $((SECONDS - start)) s" | tee -a "$log"
+    [ "$status" -eq 0 ] || failures=$((failures + 1))
+}
+
+# Which tile plan day87_fast::wmma_mm ran, by the kernel's name in the profiler; it
+# fails unless the name holds EXPECTED_PLAN.
+plan_run='import os, sys
+sys.path.insert(0, "fast")
+import torch, fast_op
+a = torch.randn(256, 384, dtype=torch.half, device="cuda")
+b = torch.randn(384, 512, dtype=torch.half, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+    fast_op.wmma_mm(a, b)
+    torch.cuda.synchronize()
+names = sorted({event.name for event in profile.events() if "wmmaGemmKernel" in event.name})
+print("kernels run:", names)
+assert any(os.environ["EXPECTED_PLAN"] in name for name in names), "expected " + os.environ["EXPECTED_PLAN"]'
+
+# The operators through torch, for compute-sanitizer: the forward (K split on a large
+# card), the forward with a bias, both backwards, and a K of 48 (a tail stage).
+driver='import sys
+sys.path.insert(0, "fast")
+import torch, fast_op
+a = torch.randn(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
+b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
+bias = torch.randn(512, device="cuda", requires_grad=True)
+fast_op.wmma_mm(a, b).sum().backward()
+fast_op.wmma_mm_bias(a, b, bias).sum().backward()
+fast_op.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), torch.randn(48, 256, dtype=torch.half, device="cuda"))
+torch.cuda.synchronize()
+print("driver: wmma_mm and wmma_mm_bias, forward and backward, done")'
+
+step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
+    nvcc --version | tail -2; python3 -c "import torch; print(\"torch\", torch.__version__)"'
+
+if [ "$part" = gate ]; then
+    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" -o "$out/gate" fast/gate.cu
+    step gate "$out/gate"
+    # The ordering build: every split holds before writing its partial sums, and the
+    # scale's block 0 before writing its largest magnitude (fast/gate.cu says why).
+    step gate-ordering-build nvcc -O3 -gencode "arch=compute_$arch,code=sm_$arch" -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" fast/gate.cu
+    step gate-ordering "$out/gate_ordering"
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate"
+    done
+    # memcheck only: initcheck reports every element of the backward's two cuBLAS
+    # products as an uninitialized read, while each of those elements is checked
+    # right against float64 (checks/NOTES.md, 2026-11-30).
+    step sanitize-torch-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step planted-bugs python3 fast/planted_bugs.py
+    step table python3 fast/test_fast.py
+    step plan-run env EXPECTED_PLAN="TilePlan<64, 64, 32, 32, 32, 3>" python3 -c "$plan_run"
+    # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
+    step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
+gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
+lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
+sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
+smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
+smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
+smsp__average_warp_latency_issue_stalled_barrier.ratio \
+        python3 -c "import sys; sys.path.insert(0, 'fast'); import torch, fast_op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); fast_op.wmma_mm(a, a); torch.cuda.synchronize()"
+fi
+
+if [ "$part" = bench ]; then
+    step bench python3 fast/bench.py
+fi
+
+if [ "$part" = forward ]; then
+    step gate-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$out/gate" fast/gate.cu
+    step gate "$out/gate"
+    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 -o "$out/gate75" fast/gate.cu
+    step gate-compute75 "$out/gate75"
+    # The registers each plan takes in a T4's machine code: the occupancy arithmetic
+    # in checks/NOTES.md starts from these.
+    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/kernel75.cubin fast/kernel.cu &&
+        cuobjdump --dump-resource-usage $out/kernel75.cubin; rm -f $out/kernel75.cubin"
+    step forward-variants python3 fast/forward_variants.py
+fi
+
+if [ "$part" = compute75 ]; then
+    # The T4's code path: compute_75 PTX, which the driver compiles for this card at
+    # load. __CUDA_ARCH__ is 750 in it: synchronous copies, no cp.async, TuringPlan.
+    step gate-compute75-build nvcc -O3 -lineinfo -gencode arch=compute_75,code=compute_75 -o "$out/gate75" fast/gate.cu
+    step gate-compute75 "$out/gate75"
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-compute75-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate75"
+    done
+    export TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75"
+    step table-compute75 python3 fast/test_fast.py
+    step sanitize-torch-compute75-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87_fast-*/day87_fast_ext.so"
+    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 64, 64, 16, 2>" python3 -c "$plan_run"
+    step compute75-variants python3 fast/forward_variants.py Plan
+    unset TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR
+    rm -rf "$out"/cache75
+fi
+
+rm -f "$out/gate" "$out/gate75" "$out/gate_ordering"
+echo "fast/gpu_check $part: $failures step(s) failed" | tee -a "$log"
+exit "$failures"

@@ -1,0 +1,40 @@
+"""test_fast_build.py: what the fast operator's build adds to the lesson's.
+
+    python -m pytest fast/test_fast_build.py
+
+The lesson's build checks (keyed folders, locks, toolchain messages, ...) are
+checks/test_build.py's, and this folder's build is the lesson's: only what differs
+is checked here. fast/binding.cpp needs cuBLAS's headers, which the lesson does not,
+and a toolkit without them, with no nvidia wheels to take them from, must be refused
+before compiling, the headers named.
+"""
+
+import os
+import shutil
+import sys
+
+import pytest
+import torch
+
+FAST = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(FAST), "checks"))
+
+from test_build import copy_lesson, import_op, make_fake_toolkit, succeeded  # noqa: E402
+
+
+@pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: no toolkit is looked for")
+def test_toolkit_without_cublas_headers(tmp_path):
+    folder = copy_lesson(tmp_path / "no-cublas")
+    shutil.copytree(FAST, os.path.join(folder, "fast"), ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+    # The lesson first, with the real toolkit: its cached build then loads whatever
+    # toolkit is named next, and only the fast operator's build is left to refuse.
+    succeeded(import_op(folder, cache), "the lesson's build")
+    fake_toolkit = make_fake_toolkit(tmp_path / "minimal-cuda", torch.version.cuda)
+    # torch first (its own import may use the wheels), then the wheels hidden from fast_op.py.
+    refused = import_op(folder, cache, CUDA_HOME=str(fake_toolkit),
+                        code="import sys, torch; sys.modules['nvidia'] = None; "
+                             "sys.path.insert(0, 'fast'); import fast_op")
+    message = refused.stderr
+    assert refused.returncode != 0 and "cublas_v2.h" in message and "day87: building" not in message, \
+        f"a toolkit without cuBLAS's headers: {message[-300:]}"
