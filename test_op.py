@@ -25,6 +25,7 @@ if __name__ == "__main__":
 import dataclasses  # noqa: E402
 import datetime  # noqa: E402
 import faulthandler  # noqa: E402
+import inspect  # noqa: E402
 import logging  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -56,6 +57,7 @@ class Operator:
     build: dict          # what op.load_extension returned for its library
     python_file: str     # the file that registers its fake and backward (op.py's _register)
     bias: object = None  # check 6's operator; None: this namespace's wmma_mm_bias, where registered
+    bias_wrapper: object = None  # check 6's wrapper; None: wmma_mm_bias in python_file's module
 
     @property
     def namespace(self):
@@ -72,6 +74,15 @@ class Operator:
     @property
     def python_name(self):  # "op.py": where a student looks for _register
         return os.path.basename(self.python_file)
+
+    @property
+    def exercise_wrapper(self):  # op.wmma_mm_bias, or None where python_file defines none
+        if self.bias_wrapper is not None:
+            return self.bias_wrapper
+        module = next((module for module in list(sys.modules.values())
+                       if os.path.abspath(getattr(module, "__file__", None) or "") == os.path.abspath(self.python_file)),
+                      None)
+        return getattr(module, "wmma_mm_bias", None)
 
     @property
     def folder(self):
@@ -366,6 +377,38 @@ def where_raised(operator, error):
     return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno}, in {frames[-1].name})" if frames else ""
 
 
+def where_defined(function):
+    """' (op.py:123, _backward_bias)': where a Python function is defined, or ''."""
+    try:
+        _, line = inspect.getsourcelines(function)
+        return f" ({os.path.basename(inspect.getsourcefile(function))}:{line}, {function.__name__})"
+    except (TypeError, OSError):
+        return ""
+
+
+def first_call_in_folder(operator, run):
+    """run() under a profile hook: (the code of the first function of the operator's
+    folder that it calls, or None; what it raised, or None). For a run that is a
+    backward, that function is the registered backward: autograd's engine runs a CPU
+    graph's backward on the calling thread, where the hook sees it."""
+    seen, error = [], None
+
+    def hook(frame, event, argument):
+        if (event == "call" and not seen and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == operator.folder
+                and os.path.abspath(frame.f_code.co_filename) != os.path.abspath(__file__)):
+            seen.append(frame.f_code)
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        run()
+    except RuntimeError as raised_there:
+        error = raised_there
+    finally:
+        sys.setprofile(previous)
+    return (seen[0] if seen else None), error
+
+
 def raised(operator, what, error, hint=""):
     """A failure for an exception from the student's code: its type, first line and place."""
     first_line = (str(error).splitlines() or [""])[0]
@@ -403,6 +446,115 @@ def exercise_forward(operator, bias_op):
     return "agrees with a @ b + bias at 3x4x5 and 5x4x5"
 
 
+# The bias's rules, in the README's order: its device, then a and b's own rules
+# (wmma_mm's contract), then its shape ('bias'), dtype, and contiguity. Each bad call:
+# (what is wrong, a, b, bias, the rule that must be named, whether the message must
+# name the bias). A call that breaks two rules must name the first in that order.
+def bias_contract_calls(device):
+    if device == "cpu":
+        f64, a, b = torch.float64, fresh(3, 4, dtype=torch.float64), fresh(4, 5, dtype=torch.float64)
+        return [("a bias of length N + 1", a, b, fresh(6, dtype=f64), "bias", True),
+                ("a 2-D bias", a, b, fresh(1, 5, dtype=f64), "bias", True),
+                ("a torch.float32 bias", a, b, fresh(5, dtype=torch.float32), "dtype", True),
+                ("a strided bias", a, b, fresh(10, dtype=f64)[::2], "contiguous", True),
+                ("a and b's inner dimensions differ, and the bias's length", a, fresh(7, 5, dtype=f64),
+                 fresh(6, dtype=f64), "inner dimensions", False),
+                ("a torch.float32 bias of length N + 1", a, b, fresh(6, dtype=torch.float32), "bias", True),
+                ("a strided torch.float32 bias", a, b, fresh(10, dtype=torch.float32)[::2], "dtype", True)]
+    # On CUDA, or on fake CUDA tensors: FP16 a and b, an FP32 bias.
+    m, k, n = 2 * op.TILE_M, 3 * op.TILE_K, 3 * op.TILE_N
+    a = torch.empty(m, k, dtype=torch.half, device="cuda")
+    b = torch.empty(k, n, dtype=torch.half, device="cuda")
+    return [("a bias on the CPU", a, b, torch.empty(n), "one device", True),
+            ("a bias on the CPU, and a in torch.float32", a.float(), b, torch.empty(n), "one device", True),
+            ("a bias of length N + 1", a, b, torch.empty(n + 1, device="cuda"), "bias", True),
+            ("a torch.float16 bias", a, b, torch.empty(n, dtype=torch.half, device="cuda"), "dtype", True),
+            ("a torch.float16 bias of length N + 1", a, b, torch.empty(n + 1, dtype=torch.half, device="cuda"),
+             "bias", True)]
+
+
+def bias_contract_problem(bias_op, what, a, b, bias, rule, names_bias):
+    """None where the call raised naming the rule (and the bias, and the operator),
+    else what is wrong."""
+    name = bias_op._qualified_op_name
+    try:
+        bias_op(a, b, bias)
+    except UnsupportedOperatorException:
+        raise
+    except (RuntimeError, ValueError, TypeError) as error:
+        said = (str(error).splitlines() or [""])[0]
+        missing = [word for word, needed in ((f"'{rule}'", True), ("bias", names_bias), (name, True))
+                   if needed and word not in said]
+        if not missing:
+            return None
+        named = re.search(r"rule '([^']+)'", said)
+        if named and named.group(1) != rule:
+            return (f"{what}: raised naming rule '{named.group(1)}', where the README's order names "
+                    f"'{rule}' first: {said[:200]}")
+        return f"{what}: raised, but its message lacks {', '.join(missing)}: {said[:200]}"
+    return f"{what}: the call returned instead of raising rule '{rule}'"
+
+
+def exercise_contract(operator, bias_op):
+    """The bias's contract, eager on the CPU (and on a GPU where there is one), and
+    under the fake on fake CUDA tensors (no GPU needed): the same rules, in the same
+    order, with the same messages."""
+    require_implementation(operator, bias_op, "CPU")
+    name = bias_op._qualified_op_name
+    problems = {"eager": [], "fake": []}
+    for what, a, b, bias, rule, names_bias in bias_contract_calls("cpu"):
+        problems["eager"].append(bias_contract_problem(bias_op, what + " (cpu)", a, b, bias, rule, names_bias))
+    if not why_no_kernel(operator) and not BROKEN_CONTEXT:
+        for what, a, b, bias, rule, names_bias in bias_contract_calls("cuda"):
+            problems["eager"].append(bias_contract_problem(bias_op, what + " (cuda)", a, b, bias, rule,
+                                                           names_bias))
+    try:
+        with FakeTensorMode():
+            for call in bias_contract_calls("cuda"):
+                problems["fake"].append(bias_contract_problem(bias_op, call[0] + " (fake cuda)", *call[1:]))
+    except UnsupportedOperatorException:
+        raise Fail(NO_FAKE.format(name=name, file=operator.python_name)) from None
+    fixes = {"eager": f"in binding.cpp, the bias's checks in {name}'s implementations (a TORCH_CHECK a rule, "
+                      "in the README's order: its device, a and b's rules, its length, its dtype, contiguity)",
+             "fake": f"in {operator.python_name}'s fake for {name}: the same checks, order and messages "
+                     "(torch._check with a message; not contiguity)"}
+    report = [f"{len(found)} {kind} calls" for kind, found in problems.items()]
+    failures = [f"{problem}\nFix: {fixes[kind]}" for kind, found in problems.items() for problem in found if problem]
+    require(not failures, "\n".join(failures))
+    return f"{' and '.join(report)} raised, each naming its rule, the bias and {name}"
+
+
+def exercise_wrapper(operator, bias_op):
+    """The Python wrapper beside wmma_mm, the schema's arguments, and a call by keyword."""
+    name = bias_op._qualified_op_name
+    arguments = [argument.name for argument in bias_op.default._schema.arguments]
+    require(arguments == ["a", "b", "bias"],
+            f"the schema's arguments are ({', '.join(arguments)}): a call by keyword, "
+            f"{name.split('::')[1]}(a=..., b=..., bias=...), reaches the wrong ones. Fix: in binding.cpp, "
+            f'm.def("{name.split("::")[1]}(Tensor a, Tensor b, Tensor bias) -> Tensor")')
+    wrapper = operator.exercise_wrapper
+    require(wrapper is not None,
+            f"{operator.python_name} has no wmma_mm_bias: the README asks for it, and the tools and day 88 "
+            f"call it. Fix: in {operator.python_name}, beside wmma_mm, def wmma_mm_bias(a, b, bias) that "
+            f"returns {name}(a, b, bias)")
+    a, b, bias = fresh(3, 4, dtype=torch.float64), fresh(4, 5, dtype=torch.float64), fresh(5, dtype=torch.float64)
+    try:
+        positional = bias_op(a, b, bias)
+    except Exception as error:
+        raise Skip(f"the forward raises at 3x4x5 ({type(error).__name__}), so there is no result to "
+                   "compare the wrapper's with: fix the forward first") from None
+    try:
+        by_keyword, wrapped = bias_op(a=a, b=b, bias=bias), wrapper(a, b, bias)
+    except Exception as error:
+        raise raised(operator, "a call by keyword, or through the wrapper, at 3x4x5", error) from None
+    require(torch.equal(by_keyword, positional), "a call by keyword (a=, b=, bias=) gives another result than "
+                                                 "a positional one")
+    require(torch.is_tensor(wrapped) and wrapped.shape == positional.shape and torch.equal(wrapped, positional),
+            f"{operator.python_name}'s wmma_mm_bias(a, b, bias) does not give {name}(a, b, bias)'s result"
+            f"{where_defined(wrapper)}: it should return {name}(a, b, bias) as it is")
+    return f"{operator.python_name}'s wmma_mm_bias agrees; schema (a, b, bias); by keyword as positional"
+
+
 # The usual cause of a backward that raises: setup_context saved other tensors, or
 # another number of them, than the backward unpacks.
 SAVED_TENSORS_HINT = ("In {file}, setup_context saves and the backward unpacks ctx.saved_tensors: the same "
@@ -416,6 +568,7 @@ NO_BACKWARD = ("no backward is registered for {name}: on the CPU autograd record
 
 
 def exercise_gradient(operator, bias_op):
+    require_implementation(operator, bias_op, "CPU")
     name = bias_op._qualified_op_name
     # The registration first: autograd's fallback records a CPU kernel built from
     # ATen ops (at::addmm), so the Jacobians below agree even with no backward.
@@ -423,17 +576,70 @@ def exercise_gradient(operator, bias_op):
     registration = torch.library.opcheck(bias_op.default, tuple(inputs), raise_exception=False,
                                          test_utils=("test_autograd_registration",))["test_autograd_registration"]
     require(registration == "SUCCESS", NO_BACKWARD.format(name=name, file=operator.python_name))
-    # A square output, so that a gradient summed over the wrong axis has the right
-    # shape and shows up as wrong Jacobian entries rather than a shape error.
+    # A square output for the Jacobians, so that a gradient wrong in any other way
+    # than those bias_gradient_problem names shows up as wrong entries rather than a
+    # shape error.
     m, k, n = 4, 3, 4
     inputs = (fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64))
     try:
-        problems = jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
+        problem = bias_gradient_problem(operator, bias_op)
+        problems = [problem] if problem else jacobian_mismatches(bias_op, inputs, ["a", "b", "bias"])
     except Exception as error:
         raise raised(operator, "the backward (or its setup_context)", error,
                      SAVED_TENSORS_HINT.format(file=operator.python_name)) from None
     require(not problems, "\n".join(problems))
     return "registered; gradcheck-style Jacobians agree for a, b and bias"
+
+
+def bias_gradient_problem(operator, bias_op):
+    """grad_bias for one fresh grad at 6x3x4 (M != N), against grad.sum(0) in float64:
+    None where it agrees to float64's rounding, else the cause by name, the shape seen,
+    and the backward's file and line."""
+    m, k, n = 6, 3, 4
+    a, b = fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64)
+    bias, grad = fresh(n, dtype=torch.float64, requires_grad=True), fresh(m, n, dtype=torch.float64)
+    try:
+        out, found = bias_op(a, b, bias), {}
+    except Exception:  # a forward that cannot run at M != N: the forward row names it
+        return None
+
+    def backward():
+        found["grad_bias"], = torch.autograd.grad(out, bias, grad, allow_unused=True)
+
+    code, error = first_call_in_folder(operator, backward)
+    if error is not None:
+        # Autograd refuses a gradient of another shape than the bias's before it is seen.
+        shape = re.search(r"invalid gradient at index 2 - got \[([\d, ]*)\]", str(error))
+        if not shape:
+            raise error
+        found["shape"] = [int(size) for size in shape.group(1).split(",") if size.strip()]
+    where = (f" Fix: in {os.path.basename(code.co_filename)}:{code.co_firstlineno}, {code.co_name}, "
+             if code else f" Fix: in {operator.python_name}'s backward for wmma_mm_bias, ")
+    where += "grad_bias = grad.sum(0), in grad's dtype."
+    expected = grad.sum(0)
+    if "shape" in found:
+        seen = found["shape"]
+        cause = ("grad summed over the wrong axis: one value per row of grad" if seen == [m]
+                 else "not one value per column of grad")
+        return (f"grad_bias has shape {seen} for a {m}x{n} output, where the bias has shape [{n}]: {cause}. "
+                f"bias[j] is added to every row of column j, so its gradient sums grad down the rows "
+                f"(over dim 0)." + where)
+    got = found.get("grad_bias")
+    if got is None:
+        return "the backward returns None for the bias: no grad_bias reaches it." + where
+    got = got.detach().double()
+    tolerance = 1e-12 * grad.abs().sum(0)  # float64 sums of 6 terms: far under 1e-12 relative
+    if ((got - expected).abs() <= tolerance).all():
+        return None
+    if torch.allclose(got, expected / m, rtol=1e-12, atol=0):
+        return f"grad_bias is grad.mean(0), grad.sum(0) divided by M = {m}: a mean where the chain rule sums." + where
+    worst = ((got - expected).abs() / expected.abs()).max().item()
+    if worst <= 2.0**-10:
+        return (f"grad_bias is off grad.sum(0) by up to {worst:.1e} of its value: it was rounded through a "
+                f"narrower dtype (FP16 keeps 2^-11 = 4.9e-04). Autograd casts it back to the bias's dtype, and "
+                f"in FP16 a column sum past 65504 becomes inf: sum in grad's dtype, with no cast." + where)
+    return (f"grad_bias is not grad.sum(0): got {got[:n].tolist()}, expected {expected.tolist()} "
+            f"(grad {m}x{n})." + where)
 
 
 NO_FAKE = ("no fake implementation is registered for {name}: torch.compile cannot trace it and splits "
@@ -506,7 +712,26 @@ def exercise_cuda_gradient(operator, bias_op):
                                                            file=operator.python_name).split(": ", 1)[0])
         error = (got.grad.double().cpu() - expected.grad).norm() / expected.grad.norm()
         require(error <= 1e-2, f"grad of {name} on CUDA is off by {error:.2e} in norm (bound 1e-2)")
-    return "grads of a, b and bias match float64"
+    # Column sums past FP16's largest value, 65504: 8192 rows of gradients near 10.
+    # An FP32 sum of 8192 terms is within 8192 * 2^-24 = 5e-4 of float64, relatively;
+    # a sum through FP16 is inf.
+    m, k, n = 8192, op.TILE_K, op.TILE_N
+    a = fresh(m, k, dtype=torch.half, device="cuda")
+    b = fresh(k, n, dtype=torch.half, device="cuda")
+    bias = fresh(n, dtype=torch.float32, device="cuda", requires_grad=True)
+    grad = 10 + 0.1 * fresh(m, n, dtype=torch.float32, device="cuda")
+    try:
+        (got,) = torch.autograd.grad(bias_op(a, b, bias), bias, grad)
+    except Exception as error:
+        raise raised(operator, f"the CUDA backward at {m}x{k}x{n}", error) from None
+    expected = grad.double().sum(0)
+    largest = (got.double() - expected).abs().max().item() / expected.abs().min().item()
+    require(torch.isfinite(got).all() and largest <= 8192 * 2.0**-24,
+            f"with column sums near {expected.mean().item():.0f} (FP16 stops at 65504), grad_bias on CUDA "
+            + ("has inf or NaN" if not torch.isfinite(got).all() else f"is off by {largest:.1e} relatively")
+            + f": it passed through a narrower dtype. Fix: in {operator.python_name}'s backward for "
+            f"{bias_op._qualified_op_name}, grad_bias = grad.sum(0), in grad's dtype (FP32), with no cast")
+    return f"grads of a, b and bias match float64; grad_bias finite and right at sums near {expected.mean().item():.0f}"
 
 
 def no_exercise_yet():
@@ -521,6 +746,8 @@ def exercise_rows(operator=LESSON):
         return [("6 exercise: wmma_mm_bias", f"torch.ops.{operator.namespace}.wmma_mm_bias", no_exercise_yet)]
     return [(name, compares, lambda check=check: check(operator, bias_op)) for name, compares, check in (
         ("6 exercise: forward", "a @ b + bias (added to every row), cpu f64", exercise_forward),
+        ("6 exercise: contract", "the bias's rules in order: cpu, fake cuda", exercise_contract),
+        ("6 exercise: wrapper", "the Python wrapper; schema (a, b, bias)", exercise_wrapper),
         ("6 exercise: gradient", "backward registered; Jacobians vs numerical", exercise_gradient),
         ("6 exercise: fake", "fake's shape, dtype: cpu f64, fake cuda f16", exercise_fake),
         ("6 exercise: cuda forward", "both lesson shapes, f16 in, f32 out vs float64", exercise_cuda_forward),

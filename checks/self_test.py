@@ -246,49 +246,97 @@ def prove_rows():
 # Registrations of day87::wmma_mm_bias for the exercise grader's self-test:
 # (forward, grad_bias, fake, expected failing questions). A grad_bias or fake
 # of None leaves that piece unregistered. grad_bias takes (grad, device type).
+# Forwards and fakes check the bias's contract (_with_contract) unless a case
+# is about a contract left out.
 def _mm(a, b):
     return torch.ops.day87.wmma_mm(a, b)
 
 
-def _correct_fake(a, b, bias):
+def _check_bias(a, b, bias):
+    """The README's bias rules, in its order, worded as the answer key words them."""
+    name = f"{CASE_NAMESPACE}::wmma_mm_bias"
+    torch._check(bias.device == a.device, lambda: f"{name}: rule 'one device': bias must be on a's device")
+    op.check_matrices(name, a, b)
+    torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1],
+                 lambda: f"{name}: rule 'bias': bias must be 1-D with one value per column of b")
+    torch._check(bias.dtype == op.accumulate_dtype(a.dtype),
+                 lambda: f"{name}: rule 'dtype': bias must be {op.accumulate_dtype(a.dtype)}")
+
+
+def _with_contract(function, contiguity=True):
+    def checked(a, b, bias):
+        _check_bias(a, b, bias)
+        if contiguity:  # eager only: a fake tensor's strides are not eager's
+            torch._check(bias.is_contiguous(), lambda: f"{CASE_NAMESPACE}::wmma_mm_bias: rule 'contiguous': "
+                                                       "bias must be contiguous")
+        return function(a, b, bias)
+    return checked
+
+
+def _unchecked_fake(a, b, bias):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=op.accumulate_dtype(a.dtype))
 
 
+_correct_fake = _with_contract(_unchecked_fake, contiguity=False)
+_correct_forward = _with_contract(lambda a, b, bias: _mm(a, b) + bias)
+
+
 EXERCISE_CASES = {
-    "correct reference": (lambda a, b, bias: _mm(a, b) + bias,
+    "correct reference": (_correct_forward,
                           lambda grad, device: grad.sum(0), _correct_fake, set()),
     # Wrong in matching ways: the backward agrees with the wrong forward, so only
     # the forward questions can catch it (the lesson's last pitfall).
-    "bias broadcast along rows": (lambda a, b, bias: _mm(a, b) + bias.unsqueeze(1),
+    "bias broadcast along rows": (_with_contract(lambda a, b, bias: _mm(a, b) + bias.unsqueeze(1)),
                                   lambda grad, device: grad.sum(1), _correct_fake,
                                   {"forward", "cuda forward", "cuda gradient"}),
-    "grad_bias over the wrong axis": (lambda a, b, bias: _mm(a, b) + bias,
+    "grad_bias over the wrong axis": (_correct_forward,
                                       lambda grad, device: grad.sum(1), _correct_fake,
                                       {"gradient", "cuda gradient"}),
-    "grad_bias scaled (mean)": (lambda a, b, bias: _mm(a, b) + bias,
+    "grad_bias scaled (mean)": (_correct_forward,
                                 lambda grad, device: grad.mean(0), _correct_fake, {"gradient", "cuda gradient"}),
     # Right on the CPU, wrong on CUDA: only the CUDA gradient row sees it.
     "grad_bias wrong axis, CUDA only": (
-        lambda a, b, bias: _mm(a, b) + bias,
+        _correct_forward,
         lambda grad, device: grad.sum(1) if device == "cuda" else grad.sum(0), _correct_fake, {"cuda gradient"}),
-    "fake with the wrong shape": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
-                                  lambda a, b, bias: a.new_empty(a.shape, dtype=op.accumulate_dtype(a.dtype)),
+    "fake with the wrong shape": (_correct_forward, lambda grad, device: grad.sum(0),
+                                  _with_contract(lambda a, b, bias: a.new_empty(a.shape, dtype=op.accumulate_dtype(a.dtype)), contiguity=False),
                                   {"fake"}),
-    "fake with the wrong dtype": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
-                                  lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32),
+    "fake with the wrong dtype": (_correct_forward, lambda grad, device: grad.sum(0),
+                                  _with_contract(lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32), contiguity=False),
                                   {"fake"}),
     # float64 in gives float64 out on the CPU, so only fake CUDA tensors show it.
-    "fake with the input's dtype": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
-                                    lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype),
+    "fake with the input's dtype": (_correct_forward, lambda grad, device: grad.sum(0),
+                                    _with_contract(lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype), contiguity=False),
                                     {"fake"}),
-    "no fake registered": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0), None, {"fake"}),
+    # The contract's row asks the fake too, and says the same.
+    "no fake registered": (_correct_forward, lambda grad, device: grad.sum(0), None, {"contract", "fake"}),
     # On the CPU autograd records the kernel's own ops (as it records the answer
     # key's at::addmm), so the Jacobians agree; only the registration says it.
-    "no backward registered": (lambda a, b, bias: _mm(a, b) + bias, None, _correct_fake,
+    "no backward registered": (_correct_forward, None, _correct_fake,
                                {"gradient", "cuda gradient"}),
-    "backward returns None for bias": (lambda a, b, bias: _mm(a, b) + bias,
+    "backward returns None for bias": (_correct_forward,
                                        lambda grad, device: None, _correct_fake, {"gradient", "cuda gradient"}),
+    # Rounded once, autograd casts it back: the CPU sees the rounding (float64 against
+    # grad.sum(0)), a GPU the column sums past FP16's largest value.
+    "grad_bias rounded through FP16": (_correct_forward, lambda grad, device: grad.sum(0).half(),
+                                       _correct_fake, {"gradient", "cuda gradient"}),
+    "no contract for the bias": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
+                                 _correct_fake, {"contract"}),
+    "a fake without the bias's checks": (_correct_forward, lambda grad, device: grad.sum(0), _unchecked_fake,
+                                         {"contract"}),
+    "a wrapper that drops the bias": (_correct_forward, lambda grad, device: grad.sum(0), _correct_fake,
+                                      {"wrapper"}),
 }
+
+# The Python wrapper a case's folder would define beside wmma_mm: the operator itself,
+# unless the case is about the wrapper.
+CASE_WRAPPERS = {"a wrapper that drops the bias": lambda a, b, bias: _mm(a, b)}
+
+# What a failing gradient row must say for each case: its cause by name.
+GRADIENT_CAUSES = {"grad_bias over the wrong axis": "wrong axis", "grad_bias scaled (mean)": "a mean",
+                   "backward returns None for bias": "returns None for the bias",
+                   "grad_bias rounded through FP16": "narrower dtype",
+                   "no backward registered": "no backward is registered"}
 
 
 def register_exercise_case(name):
@@ -326,7 +374,8 @@ def register_exercise_case(name):
 CASE_NAMESPACE = "day87_exercise_case"
 
 
-QUESTION_OF_ROW = {"6 exercise: forward": "forward", "6 exercise: gradient": "gradient",
+QUESTION_OF_ROW = {"6 exercise: forward": "forward", "6 exercise: contract": "contract",
+                   "6 exercise: wrapper": "wrapper", "6 exercise: gradient": "gradient",
                    "6 exercise: fake": "fake", "6 exercise: cuda forward": "cuda forward",
                    "6 exercise: cuda gradient": "cuda gradient"}
 
@@ -352,11 +401,11 @@ def grade_exercise_cases():
                 f"exit status {child.returncode}; stderr ends: {child.stderr.strip()[-300:]}")
         require(failed == expected,
                 f"failed {sorted(failed) or 'nothing'}, expected {sorted(expected) or 'nothing'}")
-        if "gradient" in failed and EXERCISE_CASES[name][1] is None:
-            require("no backward is registered" in child.stdout, "the gradient failure does not say "
-                                                                  "that no backward is registered")
-        elif "gradient" in failed:
-            require(re.search(r"d out\[\d+\]\[\d+\]/d \w+\[", child.stdout),
+        if "gradient" in failed:
+            cause = GRADIENT_CAUSES.get(name)
+            gradient_row = next(line for line in child.stdout.splitlines() if line.startswith("6 exercise: gradient"))
+            require(cause in gradient_row if cause else re.search(r"d out\[\d+\]\[\d+\]/d \w+\[", gradient_row),
+                    f"the gradient failure does not say {cause!r}" if cause else
                     "the gradient failure names no Jacobian entries")
         return f"failed {', '.join(sorted(failed)) or 'nothing'}, as expected"
 
@@ -371,7 +420,9 @@ def grade_exercise_cases():
 def main():
     if sys.argv[1:2] == ["--exercise-case"]:  # a child of grade_exercise_cases()
         library = register_exercise_case(sys.argv[2])  # noqa: F841, kept alive
-        case = dataclasses.replace(test_op.LESSON, bias=getattr(torch.ops, CASE_NAMESPACE).wmma_mm_bias)
+        bias_op = getattr(torch.ops, CASE_NAMESPACE).wmma_mm_bias
+        case = dataclasses.replace(test_op.LESSON, bias=bias_op,
+                                   bias_wrapper=CASE_WRAPPERS.get(sys.argv[2], bias_op))
         sys.exit(0 if test_op.run_table(test_op.exercise_rows(case)) else 1)
     test_op.print_provenance()
     print("Each check, run against a deliberately wrong variant, must fail;")

@@ -49,13 +49,55 @@ MISTAKES = [
      "6 exercise: gradient", ["op.py:", "in the same order"], "cpu"),
     ("grad_bias summed over the wrong axis", "op.py",
      "grad_bias = grad.sum(0) if", "grad_bias = grad.sum(1) if",
-     "6 exercise: gradient", ["Jacobian entries wrong", "/d bias["], "cpu"),
+     "6 exercise: gradient", ["summed over the wrong axis", "shape [6]", "op.py:", "_backward_bias"], "cpu"),
     ("grad_bias a mean, not a sum", "op.py",
      "grad_bias = grad.sum(0) if", "grad_bias = grad.mean(0) if",
-     "6 exercise: gradient", ["bias:", "Jacobian entries wrong"], "cpu"),
+     "6 exercise: gradient", ["a mean", "op.py:", "_backward_bias"], "cpu"),
     ("no grad_bias returned", "op.py",
      "grad_bias = grad.sum(0) if ctx.needs_input_grad[2] else None", "grad_bias = None",
-     "6 exercise: gradient", ["bias:", "Jacobian entries wrong"], "cpu"),
+     "6 exercise: gradient", ["returns None for the bias", "op.py:", "_backward_bias"], "cpu"),
+    # Autograd casts it back to the bias's dtype: the CPU sees the rounding, a GPU the
+    # column sums past FP16's largest value (8192 rows of gradients near 10) as inf.
+    ("grad_bias rounded through FP16", "op.py",
+     "grad_bias = grad.sum(0) if", "grad_bias = grad.sum(0).half() if",
+     "6 exercise: gradient", ["narrower dtype", "op.py:", "_backward_bias"], "both"),
+    ("no op.wmma_mm_bias wrapper", "op.py",
+     '''def wmma_mm_bias(a, b, bias):
+    """a @ b + bias through day87::wmma_mm_bias, the bias added in the kernel's store:
+    float16 a, b and float32 bias in, float32 out on CUDA; float64 on the CPU."""
+    check_tensors("day87::wmma_mm_bias", a, b)
+    return torch.ops.day87.wmma_mm_bias(a, b, bias)
+''', "", "6 exercise: wrapper", ["op.py has no wmma_mm_bias", "beside wmma_mm"], "cpu"),
+    ("the fake has none of the bias's checks", "op.py",
+     ['''    torch._check(bias.device == a.device, lambda: (
+        f"{op_name}: rule 'one device': bias must be on a's device; "
+        f"got a: {described(a)}, bias: {described(bias)}"))
+''', '''    torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1], lambda: (
+        f"{op_name}: rule 'bias': bias must be 1-D with one value per column of b; "
+        f"got bias: {described(bias)}, b: {described(b)}"))
+    torch._check(bias.dtype == accumulate_dtype(a.dtype), lambda: (
+        f"{op_name}: rule 'dtype': on {bias.device} bias must be {accumulate_dtype(a.dtype)}; "
+        f"got bias: {described(bias)}"))
+'''], ["", ""], "6 exercise: contract", ["(fake cuda)", "op.py's fake for day87::wmma_mm_bias"], "cpu"),
+    ("the fake checks the bias's device after a and b", "op.py",
+     '''    torch._check(bias.device == a.device, lambda: (
+        f"{op_name}: rule 'one device': bias must be on a's device; "
+        f"got a: {described(a)}, bias: {described(bias)}"))
+    check_matrices(op_name, a, b)
+''', '''    check_matrices(op_name, a, b)
+    torch._check(bias.device == a.device, lambda: (
+        f"{op_name}: rule 'one device': bias must be on a's device; "
+        f"got a: {described(a)}, bias: {described(bias)}"))
+''', "6 exercise: contract", ["names 'one device' first", "op.py's fake"], "cpu"),
+    ("the bias's contract left out (CPU)", "binding.cpp",
+     '''    checkContractWithBias("day87::wmma_mm_bias", a, b, bias, at::kDouble, at::kDouble,
+                          /*tile_rules=*/false);''',
+     '''    checkContract("day87::wmma_mm_bias", a, b, at::kDouble, /*tile_rules=*/false);''',
+     "6 exercise: contract", ["rule 'bias'", "(cpu)", "in binding.cpp"], "cpu"),
+    ("the schema names the bias c", "binding.cpp",
+     '''m.def("wmma_mm_bias(Tensor a, Tensor b, Tensor bias) -> Tensor");''',
+     '''m.def("wmma_mm_bias(Tensor a, Tensor b, Tensor c) -> Tensor");''',
+     "6 exercise: wrapper", ["schema's arguments are (a, b, c)", "m.def"], "cpu"),
     ("the impl's name misspelt", "binding.cpp",
      'm.impl("wmma_mm_bias", &wmmaMmBiasCpu);', 'm.impl("wmma_mm_bais", &wmmaMmBiasCpu);',
      "6 exercise: forward", ["no CPU implementation", "wmma_mm_bais", "binding.cpp"], "cpu"),
