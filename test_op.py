@@ -588,7 +588,7 @@ def exercise_gradient(operator, bias_op):
         raise raised(operator, "the backward (or its setup_context)", error,
                      SAVED_TENSORS_HINT.format(file=operator.python_name)) from None
     require(not problems, "\n".join(problems))
-    return "registered; gradcheck-style Jacobians agree for a, b and bias"
+    return "registered; grad_bias is grad.sum(0) in float64; gradcheck-style Jacobians agree for a, b and bias"
 
 
 def bias_gradient_problem(operator, bias_op):
@@ -748,7 +748,7 @@ def exercise_rows(operator=LESSON):
         ("6 exercise: forward", "a @ b + bias (added to every row), cpu f64", exercise_forward),
         ("6 exercise: contract", "the bias's rules in order: cpu, fake cuda", exercise_contract),
         ("6 exercise: wrapper", "the Python wrapper; schema (a, b, bias)", exercise_wrapper),
-        ("6 exercise: gradient", "backward registered; Jacobians vs numerical", exercise_gradient),
+        ("6 exercise: gradient", "registered; grad_bias vs sum(0); Jacobians", exercise_gradient),
         ("6 exercise: fake", "fake's shape, dtype: cpu f64, fake cuda f16", exercise_fake),
         ("6 exercise: cuda forward", "both lesson shapes, f16 in, f32 out vs float64", exercise_cuda_forward),
         ("6 exercise: cuda gradient", "grads of a, b, bias through the kernel vs f64", exercise_cuda_gradient),
