@@ -62,7 +62,7 @@ std::string text(at::ScalarType dtype) {
     }
 }
 
-std::string text(const at::Tensor& t) {  // "256x512 torch.float16 on cuda:0"; op.py's _described
+std::string text(const at::Tensor& t) {  // "256x512 torch.float16 on cuda:0"; op.py's described
     std::string shape;
     for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "x" : "") + text(t.size(d));
     return (t.dim() ? shape : "scalar") + " " + text(t.scalar_type()) + " on " + t.device().str();

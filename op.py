@@ -89,8 +89,8 @@ def _backward(ctx, grad):
     a, b = ctx.saved_tensors
     grad_a, grad_b = None, None
     if ctx.needs_input_grad[0]:
-        # a is None on this branch (see _setup_context), and the contract gives b
-        # the dtype a has: so b.dtype is a's dtype, the one grad_a must have.
+        # a may be None here (saved only when b wants a gradient: _setup_context);
+        # b is not, and the contract gives it a's dtype, the one grad_a must have.
         wide_b = b.transpose(0, 1).to(grad.dtype)
         grad_a = torch.matmul(grad, wide_b).to(b.dtype)
     if ctx.needs_input_grad[1]:

@@ -252,20 +252,21 @@ def _mm(a, b):
     return torch.ops.day87.wmma_mm(a, b)
 
 
-def _check_bias(a, b, bias):
-    """The README's bias rules, in its order, worded as the answer key words them."""
+def _check_bias(a, b, bias, dtype_blames="bias"):
+    """The README's bias rules, in its order, worded as the answer key words them
+    (but for a case whose dtype rule blames other inputs than the bias)."""
     name = f"{CASE_NAMESPACE}::wmma_mm_bias"
     torch._check(bias.device == a.device, lambda: f"{name}: rule 'one device': bias must be on a's device")
     op.check_matrices(name, a, b)
     torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1],
                  lambda: f"{name}: rule 'bias': bias must be 1-D with one value per column of b")
     torch._check(bias.dtype == op.accumulate_dtype(a.dtype),
-                 lambda: f"{name}: rule 'dtype': bias must be {op.accumulate_dtype(a.dtype)}")
+                 lambda: f"{name}: rule 'dtype': {dtype_blames} must be {op.accumulate_dtype(a.dtype)}")
 
 
-def _with_contract(function, contiguity=True):
+def _with_contract(function, contiguity=True, dtype_blames="bias"):
     def checked(a, b, bias):
-        _check_bias(a, b, bias)
+        _check_bias(a, b, bias, dtype_blames)
         if contiguity:  # eager only: a fake tensor's strides are not eager's
             torch._check(bias.is_contiguous(), lambda: f"{CASE_NAMESPACE}::wmma_mm_bias: rule 'contiguous': "
                                                        "bias must be contiguous")
@@ -322,6 +323,10 @@ EXERCISE_CASES = {
                                        _correct_fake, {"gradient", "cuda gradient"}),
     "no contract for the bias": (lambda a, b, bias: _mm(a, b) + bias, lambda grad, device: grad.sum(0),
                                  _correct_fake, {"contract"}),
+    # The rule named, and the operator, but the message blames a and b.
+    "bias dtype rule blames a and b": (
+        _with_contract(lambda a, b, bias: _mm(a, b) + bias, dtype_blames="a and b"),
+        lambda grad, device: grad.sum(0), _correct_fake, {"contract"}),
     "a fake without the bias's checks": (_correct_forward, lambda grad, device: grad.sum(0), _unchecked_fake,
                                          {"contract"}),
     "a wrapper that drops the bias": (_correct_forward, lambda grad, device: grad.sum(0), _correct_fake,

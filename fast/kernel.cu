@@ -10,8 +10,9 @@
 //
 // The lesson's kernel.cu is included first, outside this file's namespace: the shape
 // contract (kTileM, kTileN, kTileK, which binding.cpp's rules read), the 16-byte
-// copies, the pad, the block order and CUDA_CHECK come from there, written once.
-// Its own kernel and launcher are compiled here too, and never called.
+// copies, the pad, the block groups' size (kGroupRows) and CUDA_CHECK come from
+// there, written once. Its own kernel and launcher are compiled here too and never
+// called: a few seconds of build, the price of one file holding those numbers.
 //
 // Built two ways:
 //   - by fast/fast_op.py, through the lesson's op.load_extension, with fast/binding.cpp;
