@@ -989,16 +989,21 @@ def check_backward_accuracy(operator):
     (checks/self_test.py plants each): grad cast to FP16 unscaled loses values under 6e-5;
     a scale derived from the signed maximum overflows on gradients that are all
     negative; a largest-magnitude pass that misses the first element, or the last
-    block's rows, overflows where the largest value sits there."""
+    block's rows, overflows where the largest value sits there. And a grad with padded
+    rows, as torch.cat([c1, c2], dim=1) hands c1 (row stride N + 8): a backward that
+    reads it as one dense run takes the padding for values."""
     mm = operator.wrapper
     require_gpu(operator)
     m, k, n = 256, 384, 512
     report = []
-    for regime in ("1e-7..1e-5", "randn", "all positive", "all negative", "largest first", "largest last"):
+    for regime in ("1e-7..1e-5", "randn", "all positive", "all negative", "largest first", "largest last",
+                   "padded rows"):
         a = fresh(m, k, dtype=torch.half, device="cuda", requires_grad=True)
         b = fresh(k, n, dtype=torch.half, device="cuda", requires_grad=True)
         grad = torch.randn(m, n, device="cuda")
-        if regime == "1e-7..1e-5":
+        if regime == "padded rows":
+            grad = torch.randn(m, n + 8, device="cuda")[:, :n]
+        elif regime == "1e-7..1e-5":
             grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
         elif regime.startswith("all"):
             grad = grad.abs() * (1 if regime == "all positive" else -1)
@@ -1120,7 +1125,8 @@ def lesson_rows(operator=LESSON):
         row("10 profiler", f"{operator.name} with its kernel under it", check_profiler),
         row("11 no host sync", "fwd+bwd return with the GPU still busy", check_no_host_sync),
         row("12 device guard", "call on cuda:1 from current device 0", check_device_guard),
-        row("13 backward accuracy", "grads: tiny, randn, one sign, largest at an end", check_backward_accuracy),
+        row("13 backward accuracy", "grads: tiny, randn, one sign, big at ends, padded",
+            check_backward_accuracy),
         row("14 double backward, cpu f64", "gradgradcheck: second derivatives", check_double_backward, "cpu"),
         row("14 double backward, cuda f16", "grad of a function of the grads vs float64",
             check_double_backward, "cuda"),

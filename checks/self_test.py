@@ -43,6 +43,7 @@ def wrong_variants():
     library.define("signed_maximum(Tensor a, Tensor b) -> Tensor")
     library.define("misses_first_element(Tensor a, Tensor b) -> Tensor")
     library.define("misses_last_block(Tensor a, Tensor b) -> Tensor")
+    library.define("reads_rows_as_dense(Tensor a, Tensor b) -> Tensor")
     def opaque_kernel(a, b):
         # Like a C++ kernel, invisible to autograd: without no_grad, autograd
         # would record the inner wmma_mm call and differentiate through it.
@@ -51,7 +52,7 @@ def wrong_variants():
 
     for name in ("no_fake", "no_autograd", "swapped_saves", "bare_fake", "syncing_backward", "stale_scale", "unscaled",
                  "synchronizing_backward", "undifferentiable_backward", "signed_maximum", "misses_first_element",
-                 "misses_last_block"):
+                 "misses_last_block", "reads_rows_as_dense"):
         for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
             library.impl(name, opaque_kernel, device)
     # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler cannot trace.
@@ -112,6 +113,9 @@ def wrong_variants():
     def misses_last_block_backward(ctx, grad):  # the pass leaves out the last block's row
         return scaled_from(grad[:-1].abs().amax(), ctx, grad)
 
+    def reads_rows_as_dense_backward(ctx, grad):  # grad's memory taken as M x N floats in a row
+        return op._backward(ctx, grad.as_strided(grad.shape, (grad.shape[1], 1)))
+
     def synchronizing_backward(ctx, grad):  # "to see errors where they happen"
         torch.cuda.synchronize()
         return op._backward(ctx, grad)
@@ -125,7 +129,8 @@ def wrong_variants():
                            ("undifferentiable_backward", undifferentiable_backward),
                            ("signed_maximum", signed_maximum_backward),
                            ("misses_first_element", misses_first_element_backward),
-                           ("misses_last_block", misses_last_block_backward)):
+                           ("misses_last_block", misses_last_block_backward),
+                           ("reads_rows_as_dense", reads_rows_as_dense_backward)):
         torch.library.register_fake(f"day87_wrong::{name}", op._fake, lib=library)
         torch.library.register_autograd(f"day87_wrong::{name}", backward,
                                         setup_context=op._setup_context, lib=library)
@@ -167,6 +172,7 @@ def wrong_variants():
         "scale from the signed maximum": torch.ops.day87_wrong.signed_maximum,
         "scale misses the first element": torch.ops.day87_wrong.misses_first_element,
         "scale misses the last block": torch.ops.day87_wrong.misses_last_block,
+        "backward reads padded rows as dense": torch.ops.day87_wrong.reads_rows_as_dense,
         "launches on the default stream": on_default_stream,
         "reads the output back (sync)": checks_for_nan,
         "forward calls torch.cuda.synchronize()": synchronizing_forward,
@@ -203,6 +209,7 @@ def prove_rows():
         ("13 backward accuracy", test_op.check_backward_accuracy, "scale from the signed maximum"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "scale misses the first element"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "scale misses the last block"),
+        ("13 backward accuracy", test_op.check_backward_accuracy, "backward reads padded rows as dense"),
         ("14 double backward, cpu f64", lambda wrong: test_op.check_double_backward(wrong, "cpu"),
          "backward under torch.no_grad()"),
         ("14 double backward, cuda f16", lambda wrong: test_op.check_double_backward(wrong, "cuda"),

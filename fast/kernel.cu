@@ -341,11 +341,14 @@ __global__ void __launch_bounds__(Plan::kThreads)
 
 // The split-K reduction: C = the splits' partial sums added in split order, so the
 // same inputs give the same bits on every run (floating-point atomics would not),
-// then stored through the one epilogue.
+// then stored through the one epilogue. `partials` is not __restrict__ on purpose:
+// restrict promises that nothing else writes that memory while the kernel runs, which
+// lets the compiler move its loads across the wait (and read them through the
+// read-only cache), and here the multiply writes it until the wait returns.
 constexpr int kMaxSplits = 16;  // the launcher splits K at most this many ways
 
 __global__ void __launch_bounds__(256)
-    splitSumKernel(const GemmOperands operands, const float* __restrict__ partials, int splits) {
+    splitSumKernel(const GemmOperands operands, const float* partials, int splits) {
     waitForPrerequisites();  // the multiply's partial sums are all written
     const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
     for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;

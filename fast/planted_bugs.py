@@ -1,14 +1,14 @@
-"""planted_bugs.py: the fast tier's split-K path's checks and the scale's barrier, seen failing.
+"""planted_bugs.py: bugs planted in the fast tier's kernels, each seen caught.
 
     python fast/planted_bugs.py            (needs a GPU and nvcc)
 
 Each planted bug is a text edit of fast/kernel.cu, made in a copy of the repository
-(so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it), and
-compiled into fast/gate.cu for this machine's card, in its plain and its ordering
-build. Each gate must pass on the copy as it is and fail on every bug it reaches (on
-a card older than sm_90 it does not reach a bug in the early launch); the exit
-status is the number of verdicts that were not the expected one. The builds run
-side by side.
+(so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it). Three
+checks run on every copy: fast/gate.cu compiled for this machine's card, in its
+plain and its ordering build, and fast/warp_barriers.py, which reads the compiled
+PTX. Each bug names the checks that must fail on it; every other check must pass,
+and the copy with no bug must pass all three. The exit status is the number of
+verdicts that were not the expected one. The gates build side by side.
 """
 
 import os
@@ -16,46 +16,87 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import NamedTuple
 
 import torch
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAST = os.path.dirname(os.path.abspath(__file__))
+REPOSITORY = os.path.dirname(FAST)
+sys.path.insert(0, FAST)
+from warp_barriers import missing_barriers  # noqa: E402
 
-# name: the (old, new) edits of fast/kernel.cu. The first is no bug at all.
+GATE, ORDERING_GATE, WARP_BARRIERS = "gate", "ordering gate", "warp barriers"
+
+
+class Bug(NamedTuple):
+    edits: list  # (old, new) text edits of fast/kernel.cu
+    caught_by: tuple  # the checks that must fail on it; the others must pass
+    # Checks that may catch it or not, by timing: the ordering build exists because
+    # the plain gate sees an ordering bug only where a multiply happens to be slow.
+    by_timing: tuple = ()
+    sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
+
+
 BUGS = {
-    "no bug (the copy as it is)": [],
-    "the last split's partial sum dropped": [
-        ("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
-    "the first split's partial sum added twice": [
-        ("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
-         "        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n"
-         "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
-    # sm_90 and newer only: below, the reduction is launched in plain stream order.
-    "sm_90: the early-launched reduction does not wait": [
-        ("    waitForPrerequisites();  // the multiply's partial sums are all written\n", "")],
-    # Caught for certain only by the ordering build: in the plain one, whether a block
-    # reads another's largest magnitude before it is written is timing.
-    "the scale's cast does not wait at the grid barrier": [
-        ("    cooperative::this_grid().sync();\n", "")],
-    "the epilogue (the bias) applied per split": [
-        ("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
+    "no bug (the copy as it is)": Bug([], ()),
+    "the last split's partial sum dropped": Bug(
+        [("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
+        (GATE, ORDERING_GATE)),
+    "the first split's partial sum added twice": Bug(
+        [("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
+          "        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n"
+          "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
+        (GATE, ORDERING_GATE)),
+    "the early-launched reduction does not wait": Bug(
+        [("    waitForPrerequisites();  // the multiply's partial sums are all written\n", "")],
+        (GATE, ORDERING_GATE), sm_90_only=True),
+    "the reduction's first load issued before its wait": Bug(
+        [("""    waitForPrerequisites();  // the multiply's partial sums are all written
+    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
+    for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
+         i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
+        float4 sum = *reinterpret_cast<const float4*>(partials + i);
+""", """    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
+    const size_t first = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+    const float4 first_sum =
+        first < outputs ? *reinterpret_cast<const float4*>(partials + first) : make_float4(0, 0, 0, 0);
+    waitForPrerequisites();  // the multiply's partial sums are all written
+    for (size_t i = first; i < outputs; i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
+        float4 sum = i == first ? first_sum : *reinterpret_cast<const float4*>(partials + i);
+""")],
+        (ORDERING_GATE,), by_timing=(GATE,), sm_90_only=True),
+    "the scale's cast does not wait at the grid barrier": Bug(
+        [("    cooperative::this_grid().sync();\n", "")], (ORDERING_GATE,), by_timing=(GATE,)),
+    "the epilogue (the bias) applied per split": Bug(
+        [("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
                 *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
                                            first_c_col + col) = value;""",
-         """            else {
+          """            else {
                 GemmOperands slice = operands;
                 slice.c = partials + blockIdx.y * static_cast<size_t>(m) * n;
                 storeOutputs(slice, c_row, first_c_col + col, value);
             }""")],
+        (GATE, ORDERING_GATE)),
+    # torch.cat([c1, c2], dim=1) hands c1 a gradient of row stride N1 + N2.
+    "the scale reads a gradient with padded rows as dense": Bug(
+        [("col_stride == 1 && row_stride == cols &&", "col_stride == 1 && row_stride >= cols &&")],
+        (GATE, ORDERING_GATE)),
+    # No run is expected to see these two (fast/warp_barriers.py says why); the gates
+    # must pass on them, so that a run which does see one is reported.
+    "the strip is overwritten before it is read out": Bug(
+        [("        __syncwarp();  // the strip is read out before the next one overwrites it\n", "")],
+        (WARP_BARRIERS,)),
+    "the strip is read out before it is stored": Bug(
+        [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
+          "                                    wmma::mem_row_major);\n")],
+        (WARP_BARRIERS,)),
 }
-
 
 # Each bug goes into both of fast/gate.cu's builds: the plain one, and the ordering
 # build, in which every split holds before it writes its partial sums (fast/gate.cu
 # says how), so that a missing wait is caught on every split shape rather than only
 # where the multiply happens to be slow.
-GATES = {"gate": [], "gate_ordering": ["-DDAY87_ORDERING_BUILD"]}
-# The bugs that the plain gate may pass by timing, as the comment above them says.
-ORDERING_ONLY = {"the scale's cast does not wait at the grid barrier"}
+GATES = {GATE: ("gate", []), ORDERING_GATE: ("gate_ordering", ["-DDAY87_ORDERING_BUILD"])}
 
 
 def copy_with_bug(folder, name, edits):
@@ -73,6 +114,18 @@ def copy_with_bug(folder, name, edits):
         file.write(text)
 
 
+def verdict(bug, check, failed, reached):
+    """What a check's result on a bug means, and whether it was the expected one."""
+    if not reached:
+        return ("passes: below sm_90 it is not reached", True) if not failed else ("NOT AS EXPECTED", False)
+    if check in bug.by_timing:
+        return ("caught" if failed else "passes: only the ordering build is sure to catch it"), True
+    expected = check in bug.caught_by
+    if failed == expected:
+        return ("caught" if failed else "passes, as it should"), True
+    return "NOT AS EXPECTED", False
+
+
 def main():
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
@@ -80,32 +133,33 @@ def main():
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
-        builds = {}
-        for index, (name, edits) in enumerate(BUGS.items()):
-            folder = os.path.join(scratch, f"bug{index}")
-            copy_with_bug(folder, name, edits)
-            for gate_name, flags in GATES.items():
-                builds[name, gate_name] = (folder, subprocess.Popen(
+        folders, builds = {}, {}
+        for index, (name, bug) in enumerate(BUGS.items()):
+            folders[name] = os.path.join(scratch, f"bug{index}")
+            copy_with_bug(folders[name], name, bug.edits)
+            for check, (program, flags) in GATES.items():
+                builds[name, check] = subprocess.Popen(
                     [nvcc, "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", *flags,
-                     "-o", gate_name, os.path.join("fast", "gate.cu")], cwd=folder))
+                     "-o", program, os.path.join("fast", "gate.cu")], cwd=folders[name])
         unexpected = 0
-        for (name, gate_name), (folder, build) in builds.items():
-            if build.wait() != 0:
-                print(f"{name}: the {gate_name} did not build")
-                unexpected += 1
-                continue
-            gate = subprocess.run([f"./{gate_name}"], cwd=folder, capture_output=True, text=True)
-            failed = [line for line in gate.stdout.splitlines() if "FAIL" in line]
-            reached = not name.startswith("sm_90:") or major >= 9
-            expected_to_fail = bool(BUGS[name]) and reached
-            timing = name in ORDERING_ONLY and gate_name == "gate"
-            verdict = "caught" if gate.returncode and expected_to_fail else (
-                "passes: only the ordering build is sure to catch it" if timing else
-                "NOT AS EXPECTED" if gate.returncode or expected_to_fail else
-                "passes, as it should" if reached else "passes: below sm_90 it is not reached")
-            unexpected += verdict == "NOT AS EXPECTED"
-            print(f"{name:<50} {gate_name:<13} exit {gate.returncode}: {verdict}; {len(failed)} failing lines"
-                  + (f", e.g. {failed[0].strip()}" if failed else ""))
+        for name, bug in BUGS.items():  # the PTX is read while the gates build
+            reached = not bug.sm_90_only or major >= 9
+            results = {}
+            problems = missing_barriers(folders[name])
+            results[WARP_BARRIERS] = (bool(problems), problems[0].splitlines()[0] if problems else "")
+            for check, (program, _) in GATES.items():
+                if builds[name, check].wait() != 0:
+                    results[check] = (True, f"the {program} did not build")
+                    continue
+                gate = subprocess.run([f"./{program}"], cwd=folders[name], capture_output=True, text=True)
+                failing = [line.strip() for line in gate.stdout.splitlines() if "FAIL" in line]
+                results[check] = (gate.returncode != 0, f"{len(failing)} failing lines"
+                                  + (f", e.g. {failing[0]}" if failing else ""))
+            for check, (failed, detail) in results.items():
+                meaning, as_expected = verdict(bug, check, failed, reached or check == WARP_BARRIERS)
+                unexpected += not as_expected
+                print(f"{name:<54} {check:<14} {'fails' if failed else 'passes'}: {meaning}"
+                      + (f"; {detail}" if detail else ""), flush=True)
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)
 

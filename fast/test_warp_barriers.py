@@ -1,0 +1,44 @@
+"""test_warp_barriers.py: warp_barriers.py passes both kernels as they are, and names
+each barrier that planted_bugs.py removes (no GPU needed: it reads the PTX).
+
+    python -m pytest fast/test_warp_barriers.py
+"""
+
+import os
+import sys
+
+import pytest
+
+FAST = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, FAST)
+import planted_bugs  # noqa: E402
+from warp_barriers import missing_barriers  # noqa: E402
+
+nvcc_missing = not os.path.exists(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
+pytestmark = pytest.mark.skipif(nvcc_missing, reason="needs nvcc (CUDA_HOME) to compile the kernels to PTX")
+
+BARRIER_BUGS = [name for name, bug in planted_bugs.BUGS.items() if planted_bugs.WARP_BARRIERS in bug.caught_by]
+
+
+def test_every_epilogue_has_its_barriers():
+    assert missing_barriers(planted_bugs.REPOSITORY) == []
+
+
+@pytest.mark.parametrize("name", BARRIER_BUGS)
+def test_a_missing_fast_barrier_is_named(name, tmp_path):
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), name, planted_bugs.BUGS[name].edits)
+    problems = missing_barriers(str(tmp_path / "copy"))
+    assert problems and all("tuned::" in problem or "tuned14" in problem for problem in problems), problems
+    assert all("with no barrier between" in problem for problem in problems), problems
+
+
+def test_a_missing_lesson_barrier_is_named(tmp_path):
+    """The lesson's kernel.cu stages its output the same way, in the same fast/kernel.cu PTX."""
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "no bug (the copy as it is)", [])
+    kernel = tmp_path / "copy" / "kernel.cu"
+    text = kernel.read_text()
+    barrier = "        __syncwarp();  // the strip is read out before the next one overwrites it\n"
+    assert text.count(barrier) == 1
+    kernel.write_text(text.replace(barrier, ""))
+    problems = missing_barriers(str(tmp_path / "copy"))
+    assert problems and all("_Z14wmmaGemmKernel12GemmOperands" in problem for problem in problems), problems
