@@ -1,52 +1,71 @@
-"""bench.py: the fast tier's wmma_mm beside cuBLAS, a training step beside fp16, and
+"""bench.py: both tiers of wmma_mm and their peers, side by side in one run, and
 what a build costs.
 
-    python fast/bench.py                 # every table below (needs a GPU)
-    python fast/bench.py --forward       # tables 1 to 3 alone
-    python fast/bench.py --step          # tables 4 and 4a alone
-    python fast/bench.py --backward      # table 4a alone
-    python fast/bench.py --day88         # table 6 alone
+    python fast/bench.py                 # tables A to D below (needs a GPU)
+    python fast/bench.py --forward       # table A alone
+    python fast/bench.py --step          # tables B and C alone
+    python fast/bench.py --day88         # table D alone
     python fast/bench.py --build-times   # cold build and warm import, in fresh processes
 
-"Ours" is day87_fast (fast_op.py): the tuned forward and the tensor-core backward.
-The tables, in order:
-1. The forward's GPU time with host overhead taken out: calls captured in one CUDA
-   graph and replayed, operands in L2, beside cuBLAS at the same precision contract
-   (FP16 in, FP32 accumulate, FP32 out: torch.mm with out_dtype=torch.float32).
-2. The forward's throughput at large shapes: fresh random inputs, never zeros,
-   rotated through sets that are together twice the L2, so every call reads its
-   operands from memory; medians of 15 CUDA-event timings of back-to-back calls.
-3. Host overhead: wall time per call at 128^3, where the GPU finishes first.
-4. One layer's training step, x (M x K) @ w (K x N) forward and backward, side by
-   side: the op; the fp16 path that autocast takes; the op's forward with the
-   lesson's FP32 backward (op.py's); the floor, the same registration with a
-   backward that launches nothing. For each: wall time per step (steps back to
-   back), host time per step (the Python call alone, GPU idle before it) and GPU
-   time per step (the step captured in a CUDA graph and replayed), and the kernels
-   the backward launches. Then (4a) the backward alone, its kernels' GPU time beside
-   the fp16 path's, split into cuBLAS's two products and fast/kernel.cu's scaling
-   kernel; and (4b) where the op's host time goes: each call of a step timed alone.
-5. The same steps under torch.compile(mode="reduce-overhead"), operands marked
-   static (no input copies), timed after the warm-up steps that record the graphs.
-6. Day 88's question: the fused wmma_mm_bias against wmma_mm + bias, cuBLAS + bias
-   and fp16 addmm, GPU time as in table 1.
-7. The backward's accuracy against float64.
+The table flags combine (--forward --day88). Each table holds, shape by shape, one
+line per implementation of the same computation:
+- lesson: the lesson's operator, op.wmma_mm (day87::wmma_mm, op.py's FP32 backward);
+- fast: this folder's, fast_op.wmma_mm (day87_fast, its tensor-core backward);
+- cuBLAS: what PyTorch does without either: torch.mm(a, b, out_dtype=torch.float32)
+  for a forward at the operators' precision (FP16 in, FP32 accumulate, FP32 out),
+  and plain FP16 x @ w, the path autocast takes, for a training step and a backward;
+- compiled: the cuBLAS line's function under torch.compile(mode=
+  "max-autotune-no-cudagraphs"), compiled once per shape (dynamic=False) and whole
+  (fullgraph=True, so that a graph break cannot leave it running eagerly), its
+  compiling and autotuning done before it is timed. For the forward it stays at
+  FP32 accuracy or says otherwise: where this torch cannot compile torch.mm's
+  out_dtype, the line names the form compiled instead, and its error shows it.
+
+Each line has three times, microseconds per call (fast/timing.py measures them):
+wall, calls back to back and then one synchronize, divided by their count; host,
+the Python call alone with the GPU idle before it; GPU, the calls captured in one
+CUDA graph and replayed, the host taken out. Why three: the host queues the next
+call while the GPU runs this one, so a loop costs the slower of the two (wall),
+and a kernel that wins on the GPU can still lose the loop to its host code. Then
+the GPU time over the cuBLAS line's, and the output's error against float64,
+computed in the same run, so that a line is seen to compute the same thing: for
+an FP32 output, its worst error as a fraction of the lesson's bound, test_op.py's
+error_ratio (K * 2^-23 * (|A| @ |B|), and (K + 1) * 2^-23 * (|A| @ |B| + |bias|)
+with a bias; 1 is the bound's edge); for an FP16 output (FP16 addmm's, and every
+line's gradients in tables B and C), which that bound does not cover, the word
+FP16 and the relative error ||out - float64|| / ||float64||, not graded.
+
+A. The forward, c = a @ b, at the lesson's shapes and at 4096^3.
+B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
+   torch.autograd.grad(forward(x, w), (x, w), grad): the operators with an FP32
+   grad, as their FP32 output has, the FP16 paths with an FP16 one.
+C. The backward alone at the same shapes: the lesson's op.py _backward (two FP32
+   matmuls of the widened operands), the fast tier's wmma_mm_backward operator,
+   FP16 grad @ w.t() and x.t() @ grad, and those two compiled.
+D. Day 88's question, a bias in the kernel's store or added after: the fast tier's
+   fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
+   add, that compiled, and FP16 addmm.
+After each table, the seconds that torch.compile spent compiling and autotuning
+for it: what its line costs before its first useful call (less on a second run,
+which finds inductor's caches on disk).
+
+fast/figures_hold.py compares the fast tier's GPU times with an earlier commit's.
 """
 
 import argparse
-import math
+import dataclasses
+import datetime
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
+import types
 
 FAST = os.path.dirname(os.path.abspath(__file__))
 LESSON = os.path.dirname(FAST)
-sys.path[:0] = [FAST, LESSON]  # fast_op.py, and the lesson's op.py that it imports
+sys.path[:0] = [FAST, LESSON]  # fast_op.py and timing.py, and the lesson's op.py
 
 import torch  # noqa: E402
 
@@ -54,406 +73,314 @@ if __name__ == "__main__":
     # Usage, and the answer on a machine without a GPU, before the imports below build
     # the extensions.
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    only = parser.add_mutually_exclusive_group()
-    for flag in ("--forward", "--step", "--backward", "--day88", "--build-times"):
-        only.add_argument(flag, action="store_true")
+    parser.add_argument("--forward", action="store_true", help="table A")
+    parser.add_argument("--step", action="store_true", help="tables B and C")
+    parser.add_argument("--day88", action="store_true", help="table D")
+    parser.add_argument("--build-times", action="store_true", help="the builds' and imports' seconds alone")
     ARGUMENTS = parser.parse_args()
+    if ARGUMENTS.build_times and (ARGUMENTS.forward or ARGUMENTS.step or ARGUMENTS.day88):
+        parser.error("--build-times runs alone")
     if not ARGUMENTS.build_times and not torch.cuda.is_available():
         print("bench.py needs a GPU; nothing to measure here.")
         sys.exit(0)
 
-import fast_op  # noqa: E402  ours
-import op  # noqa: E402  the lesson: its backward, for a comparison operator (table 4)
+import torch._dynamo  # noqa: E402
+import torch._inductor.config  # noqa: E402
 
-GRAPH_SIZES = [(256, 512, 384), (512, 1024, 128), (1024, 1024, 1024), (2048, 2048, 512),
-               (2048, 2048, 2048)]
-SIZES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 4096, 1024)]
-STEP_SIZES = [(256, 384, 512), (2048, 512, 2048), (4096, 1024, 4096), (8192, 4096, 4096)]  # M, K, N
-TIMINGS = 15
+import fast_op  # noqa: E402  the fast tier
+import op  # noqa: E402  the lesson
+import timing  # noqa: E402
+
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+DAY88_SIZES = [(256, 384, 512), (512, 128, 1024), (2048, 2048, 2048), (8192, 4096, 4096)]  # M, K, N
+LABEL_WIDTH = 52
+
+
+# ---------------------------------------------------------------------------
+# The FP16 computations that the cuBLAS and compiled lines run. Functions, not
+# lambdas made per shape, so that each compiled line is the same code at every shape.
+# ---------------------------------------------------------------------------
+def mm_fp32_out(a, b):
+    return torch.mm(a, b, out_dtype=torch.float32)
+
+
+def mm_fp16_widened(a, b):
+    return (a @ b).float()
+
+
+def fp32_product(a, b):
+    """The compiled line's fallback where torch.mm's out_dtype does not compile: the
+    operands widened to FP32 first, FP32 products rather than FP16 ones."""
+    return a.float() @ b.float()
+
+
+def fp16_forward(x, w):
+    return x @ w
+
+
+def fp16_products(grad, x, w):
+    """The FP16 backward of x @ w: grad_x and grad_w, two cuBLAS products."""
+    return grad @ w.t(), x.t() @ grad
 
 
 def baseline():
-    """cuBLAS at wmma_mm's precision contract, and what to call it in the table."""
+    """cuBLAS at wmma_mm's precision contract: (function, its label, whether its
+    output is FP32 and so graded against the lesson's bound)."""
     probe = torch.ones(16, 16, dtype=torch.half, device="cuda")
     try:
-        torch.mm(probe, probe, out_dtype=torch.float32)
-        return (lambda a, b: torch.mm(a, b, out_dtype=torch.float32)), "torch.mm(out_dtype=f32)"
+        mm_fp32_out(probe, probe)
+        return mm_fp32_out, "torch.mm(a, b, out_dtype=torch.float32)", True
     except TypeError:  # out_dtype arrived around torch 2.8
-        return (lambda a, b: (a @ b).float()), "(a @ b).float(): FP16 out, no out_dtype here"
+        return mm_fp16_widened, "(a @ b).float(), no out_dtype here", False
 
 
-def input_sets(m, n, k, requires_grad=False):
-    """Enough (a, b) pairs that together they are twice the L2, at most 64 of them."""
-    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
-    per_set = 2 * (m * k + k * n)
-    count = min(64, max(1, math.ceil(2 * l2_bytes / per_set)))
-    return [(torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=requires_grad),
-             torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=requires_grad))
-            for _ in range(count)]
+def training_step(forward, x, w, grad):
+    """One layer's step as a call: forward, then both gradients."""
+    return lambda: torch.autograd.grad(forward(x, w), (x, w), grad)
 
 
-def milliseconds_per_call(function, sets, target_ms=20.0):
-    for a, b in sets:  # warm-up: module load, cuBLAS heuristics, the caching allocator
-        function(a, b)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for a, b in sets:
-        function(a, b)
-    end.record()
-    end.synchronize()
-    calls = max(len(sets), int(target_ms / max(start.elapsed_time(end) / len(sets), 1e-3)))
-    timings = []
-    for _ in range(TIMINGS):
-        start.record()
-        for call in range(calls):
-            function(*sets[call % len(sets)])
-        end.record()
-        end.synchronize()
-        timings.append(start.elapsed_time(end) / calls)
-    return statistics.median(timings)
+# ---------------------------------------------------------------------------
+# Errors against float64, on the GPU: test_op.py's error_ratio computes its
+# reference on the CPU, minutes at 4096^3.
+# ---------------------------------------------------------------------------
+def float64_product(a, b, bias=None):
+    """(reference, magnitude): a @ b (+ bias) and |a| @ |b| (+ |bias|) in float64,
+    what error_ratio's bound is made of."""
+    a64, b64 = a.double(), b.double()
+    reference, magnitude = a64 @ b64, a64.abs() @ b64.abs()
+    if bias is not None:
+        reference, magnitude = reference + bias.double(), magnitude + bias.double().abs()
+    return reference, magnitude
 
 
-def graph_microseconds(function, calls=200, replays=7):
-    """GPU time per call with no host in the way: `calls` calls captured in one CUDA
-    graph (warmed up on a side stream first, as capture requires), the graph
-    replayed, the median replay divided by `calls`."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            function()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            function()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    timings = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        timings.append(1e3 * start.elapsed_time(end) / calls)
-    del graph
-    return statistics.median(timings)
+def relative_error(result, reference):
+    return ((result.double() - reference).norm() / reference.norm()).item()
 
 
-def host_microseconds_per_call(function, a, b, calls=2000):
-    """Wall time per call at a size where the GPU finishes first: the host's cost."""
-    for _ in range(50):
-        function(a, b)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        function(a, b)
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return 1e6 * elapsed / calls
+def forward_error(graded, reference, magnitude, terms):
+    """A function of an output that says its error: graded, the worst error over the
+    lesson's bound for an FP32 result, terms * 2^-23 * magnitude (terms: K, or K + 1
+    with a bias); else FP16, with the relative error."""
+    bound = terms * 2.0**-23 * magnitude + torch.finfo(torch.float64).tiny
+
+    def error(output):
+        if not graded:
+            return f"FP16, not graded; rel. {relative_error(output, reference):.1e}"
+        return f"{((output.double() - reference).abs() / bound).max().item():.3f} of bound"
+    return error
 
 
-def forward_tables(base, base_name):
-    print("1. forward GPU time, CUDA-graph replays (200 calls a graph, operands in L2), microseconds")
-    print(f"{'M':>6}{'N':>6}{'K':>6}{'wmma_mm':>10}{base_name:>26}{'ratio':>7}")
-    for m, n, k in GRAPH_SIZES:
+def gradient_error(grad, x, w):
+    """A function of (grad_x, grad_w) that says their error against float64 from the
+    same grad, x and w: the relative error, the worse of the two. Gradients are FP16
+    in every line (the contract gives them their input's dtype), so none is graded
+    against the FP32 bound."""
+    grad64, x64, w64 = grad.double(), x.detach().double(), w.detach().double()
+    references = (grad64 @ w64.t(), x64.t() @ grad64)
+
+    def error(gradients):
+        dtypes = {str(gradient.dtype).replace("torch.", "") for gradient in gradients}
+        worst = max(relative_error(gradient, reference) for gradient, reference in zip(gradients, references))
+        return f"{'FP16' if dtypes == {'float16'} else '/'.join(sorted(dtypes))} grads, not graded; rel. {worst:.1e}"
+    return error
+
+
+# ---------------------------------------------------------------------------
+# A table: per shape, a block with one line per implementation.
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass
+class Line:
+    kind: str  # lesson, fast, cuBLAS, compiled or fp16; the first "cuBLAS" line is the GPU ratio's base
+    label: str  # what is called
+    call: object  # the call timed, its operands bound
+    error: object  # the call's output -> what its error against float64 is
+
+
+def print_block(shape, lines, calls):
+    """Check each line's output against float64, time it, and print the block."""
+    results = []
+    for line in lines:
+        error = line.error(line.call())
+        results.append((line, timing.measure(line.call, calls), error))
+    base = next(figures.gpu for line, figures, _ in results if line.kind == "cuBLAS")
+    print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH)
+          + f"{'wall us':>10}{'host us':>10}{'GPU us':>10}{'GPU/cuBLAS':>12}  error vs float64")
+    for line, figures, error in results:
+        print(f"  {line.kind:<9}{line.label:<{LABEL_WIDTH}}{figures.wall:>10.1f}{figures.host:>10.1f}"
+              f"{figures.gpu:>10.2f}{figures.gpu / base:>12.2f}  {error}")
+    print(flush=True)
+
+
+class Compiler:
+    """torch.compile for one table's compiled lines, and the seconds their first
+    calls took (tracing, code generation, autotuning). Made at a table's start: it
+    drops what the previous table compiled. Each function is compiled once per
+    shape (dynamic=False), at most four shapes a table, each an entry in dynamo's
+    cache of that function's code; the limit is raised far above that, since a
+    function past it would run eagerly under the compiled line's name."""
+
+    def __init__(self):
+        torch._dynamo.reset()
+        torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+        self.seconds = 0.0
+
+    def first_call(self, function, run):
+        """`function` compiled; run(compiled), its first call, is timed."""
+        compiled = torch.compile(function, mode=COMPILE_MODE, dynamic=False, fullgraph=True)
+        start = time.perf_counter()
+        try:
+            run(compiled)
+            torch.cuda.synchronize()
+        finally:  # a compile that fails has cost its seconds too
+            self.seconds += time.perf_counter() - start
+        return compiled
+
+    def forward(self, function, label, graded, fallback, fallback_label, arguments):
+        """(compiled function, its line's label, whether graded): `function` where it
+        compiles whole, else `fallback` (FP32 products), said on a line of its own and
+        in the label."""
+        try:
+            return self.first_call(function, lambda compiled: compiled(*arguments)), label, graded
+        except Exception as error:  # dynamo's and inductor's own exception types vary by release
+            message = str(error).strip()
+            reason = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}"[:150]
+            print(f"   compiled: {label} does not compile whole here; compiling {fallback_label} instead;\n"
+                  f"     {reason}")
+            return self.first_call(fallback, lambda compiled: compiled(*arguments)), f"fallback {fallback_label}", True
+
+    def report(self):
+        print(f"   torch.compile's first calls (compiling, autotuning) for this table: {self.seconds:.0f} s\n",
+              flush=True)
+
+
+def table_heading(title, *more):
+    print(title)
+    print("   wall: calls back to back, then synchronize, / calls; host: one call alone, GPU idle before it "
+          "(median of 50);")
+    print("   GPU: the calls captured in one CUDA graph, replayed (median of 7), / calls;")
+    print(f"   compiled: torch.compile(mode={COMPILE_MODE!r}, dynamic=False, fullgraph=True), once per shape;")
+    for line in more:
+        print(f"   {line}")
+    print()
+
+
+def forward_table(base):
+    function, label, graded = base
+    table_heading("A. the forward, c = a @ b, a (M x K) and b (K x N) FP16, c FP32",
+                  "error: the worst |c - float64| / (K * 2^-23 * (|A| @ |B|)), test_op.py's bound; "
+                  "FP16: rel. ||c - float64|| / ||float64||")
+    compiler = Compiler()
+    for m, n, k in timing.FORWARD_SHAPES:
+        torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
         b = torch.randn(k, n, device="cuda", dtype=torch.half)
-        ours = graph_microseconds(lambda: fast_op.wmma_mm(a, b))
-        theirs = graph_microseconds(lambda: base(a, b))
-        print(f"{m:>6}{n:>6}{k:>6}{ours:>10.2f}{theirs:>26.2f}{ours / theirs:>7.2f}", flush=True)
-    print()
-    print("2. forward throughput, operands rotated past the L2, CUDA events")
-    print(f"{'M':>6}{'N':>6}{'K':>6}{'wmma_mm TFLOP/s':>17}{'cuBLAS TFLOP/s':>16}{'ratio':>7}"
-          f"{'wmma_mm us':>12}{'cuBLAS us':>11}")
-    for m, n, k in SIZES:
-        sets = input_sets(m, n, k)
-        ours = milliseconds_per_call(fast_op.wmma_mm, sets)
-        theirs = milliseconds_per_call(base, sets)
-        flops = 2.0 * m * n * k
-        print(f"{m:>6}{n:>6}{k:>6}{flops / ours / 1e9:>17.1f}{flops / theirs / 1e9:>16.1f}"
-              f"{theirs / ours:>7.2f}{1e3 * ours:>12.1f}{1e3 * theirs:>11.1f}", flush=True)
-        del sets
-    print()
-    print("3. host overhead at 128^3, microseconds of wall time per call")
-    print(f"{'inputs':<22}{'wmma_mm':>10}{base_name:>28}")
-    for requires_grad in (False, True):
-        (a, b), = input_sets(128, 128, 128, requires_grad)[:1]
-        ours = host_microseconds_per_call(fast_op.wmma_mm, a, b)
-        theirs = host_microseconds_per_call(base, a, b)
-        label = "requires_grad=True" if requires_grad else "plain tensors"
-        print(f"{label:<22}{ours:>10.1f}{theirs:>28.1f}")
-    print()
+        reference, magnitude = float64_product(a, b)
+        peer, peer_label, peer_graded = compiler.forward(function, label, graded, fp32_product,
+                                                         "a.float() @ b.float()", (a, b))
+        print_block(f"M={m} N={n} K={k}", [
+            Line("lesson", "op.wmma_mm(a, b)", lambda: op.wmma_mm(a, b),
+                 forward_error(True, reference, magnitude, k)),
+            Line("fast", "fast_op.wmma_mm(a, b)", lambda: fast_op.wmma_mm(a, b),
+                 forward_error(True, reference, magnitude, k)),
+            Line("cuBLAS", label, lambda: function(a, b), forward_error(graded, reference, magnitude, k)),
+            Line("compiled", peer_label, lambda: peer(a, b), forward_error(peer_graded, reference, magnitude, k)),
+        ], timing.calls_for(m, n, k))
+    compiler.report()
 
 
-# ---------------------------------------------------------------------------
-# The training step
-# ---------------------------------------------------------------------------
-def comparison_operators():
-    """The op's forward (day87_fast::wmma_mm) under the same kind of registration as
-    the op (a fake, register_autograd), twice. 'floor' has a backward that launches
-    nothing: it returns zeros made before timing, so the distance from the op's step
-    to this one is what its backward costs. 'lesson' has the lesson's backward,
-    op.py's own: two FP32 matmuls."""
-    library = torch.library.Library("day87_bench", "DEF")
-    zeros = {}
-
-    def kernel(a, b):
-        with torch.no_grad():  # opaque to autograd, as a C++ kernel is
-            return torch.ops.day87_fast.wmma_mm(a, b)
-
-    def floor_setup(ctx, inputs, output):
-        ctx.shapes = [tuple(t.shape) for t in inputs]
-
-    def floor_backward(ctx, grad):
-        return tuple(zeros[shape] for shape in ctx.shapes)
-
-    for name, setup, backward in (("floor", floor_setup, floor_backward),
-                                  ("lesson", op._setup_context, op._backward)):
-        library.define(f"{name}(Tensor a, Tensor b) -> Tensor")
-        library.impl(name, kernel, "CUDA")
-        torch.library.register_fake(f"day87_bench::{name}", fast_op._fake, lib=library)
-        torch.library.register_autograd(f"day87_bench::{name}", backward, setup_context=setup, lib=library)
-
-    def prepare(*tensors):
-        for t in tensors:
-            zeros.setdefault(tuple(t.shape), torch.zeros_like(t))
-
-    return library, prepare
-
-
-def step_variants():
-    """name: (forward, the dtype of the output gradient)."""
-    return {"op": (fast_op.wmma_mm, torch.float32), "fp16 x @ w": (torch.mm, torch.half),
-            "lesson FP32 bwd": (torch.ops.day87_bench.lesson, torch.float32),
-            "floor": (torch.ops.day87_bench.floor, torch.float32)}
-
-
-def backward_on_the_gpu(forward, x, w, grad):
-    """The kernels (and memsets, copies) one eager backward puts on the GPU: profiler events."""
-    from torch.profiler import ProfilerActivity, profile
-    out = forward(x, w)
-    torch.cuda.synchronize()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
-            torch.autograd.grad(out, (x, w), grad)
-            torch.cuda.synchronize()
-    return [event for event in profiler.events() if event.device_type == torch.autograd.DeviceType.CUDA]
-
-
-def backward_kernels(forward, x, w, grad):
-    """How many kernels (and memsets, copies) one eager backward puts on the GPU."""
-    return len(backward_on_the_gpu(forward, x, w, grad))
-
-
-def own_kernels():
-    """The kernels that fast/kernel.cu defines, by qualified name ("tuned::splitSumKernel"):
-    any other kernel in a backward is a library's (cuBLAS's products). Qualified, so
-    that the lesson's kernel of the same bare name, which fast/kernel.cu includes, is
-    not taken for one of them."""
-    with open(os.path.join(FAST, "kernel.cu")) as source:
-        text = source.read()
-    namespace = re.search(r"^namespace (\w+) \{", text, re.MULTILINE).group(1)
-    names = re.findall(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", text)
-    return {f"{namespace}::{name}" for name in names}
-
-
-def backward_kernel_microseconds(forward, x, w, grad, repeats=7):
-    """{part: GPU microseconds} of one eager backward's kernels (profiler), median of
-    `repeats` backwards; the parts are "products" (the library's kernels) and each of
-    fast/kernel.cu's kernels by name."""
-    own, samples = own_kernels(), []
-    for _ in range(repeats + 1):  # the first is a warm-up
-        parts = {"products": 0.0}
-        for event in backward_on_the_gpu(forward, x, w, grad):
-            kernel = re.match(r"(?:void )?([\w:]+)", event.name).group(1)  # up to its template or parameters
-            part = kernel if kernel in own else "products"
-            parts[part] = parts.get(part, 0.0) + (getattr(event, "device_time", None) or event.cuda_time)
-        samples.append(parts)
-    return {part: statistics.median(sample.get(part, 0.0) for sample in samples[1:]) for part in samples[-1]}
+def step_table():
+    table_heading("B. one layer's training step, x (M x K) @ w (K x N) FP16, "
+                  "torch.autograd.grad(forward(x, w), (x, w), grad)",
+                  "lesson and fast: an FP32 grad (their output is FP32); cuBLAS and compiled: x @ w in FP16, "
+                  "an FP16 grad;", "error: the gradients' against float64 from the same grad, x and w")
+    compiler = Compiler()
+    for m, k, n in timing.STEP_SIZES:
+        torch.manual_seed(0)
+        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
+        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
+        grad = torch.randn(m, n, device="cuda")
+        grad16 = grad.half()
+        peer = compiler.first_call(fp16_forward, lambda compiled: training_step(compiled, x, w, grad16)())
+        error, error16 = gradient_error(grad, x, w), gradient_error(grad16, x, w)
+        print_block(f"M={m} K={k} N={n}", [
+            Line("lesson", "op.wmma_mm, op.py's FP32 backward", training_step(op.wmma_mm, x, w, grad), error),
+            Line("fast", "fast_op.wmma_mm, its tensor-core backward", training_step(fast_op.wmma_mm, x, w, grad),
+                 error),
+            Line("cuBLAS", "x @ w, FP16", training_step(fp16_forward, x, w, grad16), error16),
+            Line("compiled", "x @ w, FP16", training_step(peer, x, w, grad16), error16),
+        ], timing.calls_for(m, n, k))
+    compiler.report()
 
 
 def backward_table():
-    print("4a. the backward alone: its kernels' GPU time (profiler, median of 7 backwards), microseconds;")
-    print("    the fp16 path is x @ w with an fp16 grad, in the same run; products: cuBLAS's kernels")
-    for m, k, n in STEP_SIZES[1:]:
-        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
-        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
+    table_heading("C. the backward alone: grad_x = grad @ w^T and grad_w = x^T @ grad, x (M x K) and w (K x N) "
+                  "FP16", "lesson and fast: an FP32 grad; cuBLAS and compiled: FP16; "
+                  "error: as in table B")
+    compiler = Compiler()
+    for m, k, n in timing.STEP_SIZES:
+        torch.manual_seed(0)
+        x = torch.randn(m, k, device="cuda", dtype=torch.half)
+        w = torch.randn(k, n, device="cuda", dtype=torch.half)
         grad = torch.randn(m, n, device="cuda")
-        ours = backward_kernel_microseconds(fast_op.wmma_mm, x, w, grad)
-        theirs = sum(backward_kernel_microseconds(torch.mm, x, w, grad.half()).values())
-        total = sum(ours.values())
-        print(f"{f'{m}x{k}x{n}':<18} op {total:.1f}, fp16 {theirs:.1f}, ratio {total / theirs:.2f}; "
-              + ", ".join(f"{part} {time:.1f}" for part, time in ours.items()), flush=True)
-    print()
-
-
-def host_alone(call, repeats=50):
-    """Median host microseconds of one call, the GPU idle before each."""
-    call()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        times.append(1e6 * (time.perf_counter() - start))
-    torch.cuda.synchronize()
-    return statistics.median(times)
-
-
-def time_step(step, steps):
-    """(wall, host) microseconds per step: steps back to back, and the call alone."""
-    for _ in range(5):
-        step()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    torch.cuda.synchronize()
-    wall = 1e6 * (time.perf_counter() - start) / steps
-    return wall, host_alone(step)
-
-
-def training_step_tables(prepare_floor):
-    variants = step_variants()
-    print("4. one layer, forward + backward (torch.autograd.grad of x @ w), eager, microseconds per step")
-    print("   wall: steps back to back; host: the Python call alone; GPU: the step replayed as a CUDA graph;")
-    print("   kernels: what one backward launches (profiler)")
-    header = f"{'M x K x N':<18}" + "".join(f"{name:>30}" for name in variants) + f"{'op / fp16 (wall, GPU)':>24}"
-    print(header)
-    print(f"{'':<18}" + f"{'wall  host   GPU  kernels':>30}" * len(variants))
-    compiled_rows = []
-    for m, k, n in STEP_SIZES:
-        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
-        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
-        prepare_floor(x, w)
-        grads = {torch.float32: torch.randn(m, n, device="cuda")}
-        grads[torch.half] = grads[torch.float32].half()
-        steps = 200 if m * n * k < 2**33 else 50
-        cells, figures = [], {}
-        for name, (forward, grad_dtype) in variants.items():
-            grad = grads[grad_dtype]
-
-            def step(forward=forward, grad=grad):
-                return torch.autograd.grad(forward(x, w), (x, w), grad)
-            wall, host = time_step(step, steps)
-            gpu = graph_microseconds(step, calls=10 if steps == 200 else 2, replays=5)
-            kernels = backward_kernels(forward, x, w, grad)
-            figures[name] = (wall, gpu)
-            cells.append(f"{wall:>8.0f}{host:>6.0f}{gpu:>6.0f}{kernels:>9}")
-        ratio = f"{figures['op'][0] / figures['fp16 x @ w'][0]:.2f}, {figures['op'][1] / figures['fp16 x @ w'][1]:.2f}"
-        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>30}" for cell in cells) + f"{ratio:>24}", flush=True)
-        compiled_rows.append((m, k, n, x, w, grads))
-    print()
-    return variants, compiled_rows
-
-
-def host_breakdown():
-    print("4b. where the op's step spends host time: each piece called alone, GPU idle before it, us")
-    pieces = ["forward", "forward, grad kept", "wmma_mm_backward", "cast, mm fp16", "mm f32 (lesson)",
-              "autograd.grad of the op"]
-    print(f"{'M x K x N':<18}" + "".join(f"{name:>24}" for name in pieces))
-    for m, k, n in STEP_SIZES:
-        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
-        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
-        grad = torch.randn(m, n, device="cuda")
-        x16, w16, w32 = x.detach(), w.detach(), w.detach().float()
-        out = fast_op.wmma_mm(x, w)
-        figures = [host_alone(lambda: fast_op.wmma_mm(x16, w16)), host_alone(lambda: fast_op.wmma_mm(x, w)),
-                   host_alone(lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x16, w16)),
-                   host_alone(lambda: torch.mm(grad.half(), w16.t())),
-                   host_alone(lambda: torch.mm(grad, w32.t())),
-                   host_alone(lambda: torch.autograd.grad(out, (x, w), grad, retain_graph=True))]
-        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{figure:>24.1f}" for figure in figures), flush=True)
-    print()
-
-
-def compiled_step_table(variants, rows):
-    print('5. the same steps under torch.compile(mode="reduce-overhead"), microseconds per step')
-    print("   operands marked static (no input copies); timed after 3 warm-up steps record the graphs;")
-    print("   wall and host as in table 4")
-    names = [name for name in variants if name != "floor"]
-    print(f"{'M x K x N':<18}" + "".join(f"{name:>22}" for name in names) + f"{'op / fp16 (wall)':>18}")
-    for m, k, n, x, w, grads in rows:
-        torch._dynamo.mark_static_address(x)
-        torch._dynamo.mark_static_address(w)
-        cells, walls = [], {}
-        for name in names:
-            forward, grad_dtype = variants[name]
-            grad = grads[grad_dtype]
-            torch._dynamo.reset()
-            compiled = torch.compile(lambda x, w, forward=forward: forward(x, w), mode="reduce-overhead")
-
-            def step(compiled=compiled, grad=grad):
-                torch.compiler.cudagraph_mark_step_begin()
-                return torch.autograd.grad(compiled(x, w), (x, w), grad)
-            wall, host = time_step(step, 200 if m * n * k < 2**33 else 50)
-            walls[name] = wall
-            cells.append(f"{wall:>14.0f}{host:>8.0f}")
-        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{cell:>22}" for cell in cells)
-              + f"{walls['op'] / walls['fp16 x @ w']:>18.2f}", flush=True)
-    from torch._dynamo.utils import counters
-    skips = {key: value for key, value in counters["inductor"].items() if "cudagraph" in key}
-    print(f"   inductor's cudagraph counters: {skips or 'none'}; recompiles: {dict(counters['recompiles']) or 'none'}")
-    torch._dynamo.reset()
-    print()
+        grad16 = grad.half()
+        # What op.py's _backward reads of autograd's ctx: both inputs saved, both
+        # gradients wanted.
+        context = types.SimpleNamespace(saved_tensors=(x, w), needs_input_grad=(True, True))
+        peer = compiler.first_call(fp16_products, lambda compiled: compiled(grad16, x, w))
+        error, error16 = gradient_error(grad, x, w), gradient_error(grad16, x, w)
+        print_block(f"M={m} K={k} N={n}", [
+            Line("lesson", "op._backward(ctx, grad): two FP32 matmuls", lambda: op._backward(context, grad), error),
+            Line("fast", "torch.ops.day87_fast.wmma_mm_backward(grad, x, w)",
+                 lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error),
+            Line("cuBLAS", "grad @ w.t(), x.t() @ grad, FP16", lambda: fp16_products(grad16, x, w), error16),
+            Line("compiled", "grad @ w.t(), x.t() @ grad, FP16", lambda: peer(grad16, x, w), error16),
+        ], timing.calls_for(m, n, k))
+    compiler.report()
 
 
 def day88_table(base):
-    """Day 88's question: the fused wmma_mm_bias, the bias added in the kernel's store,
-    against the three ways to get the same output without it."""
-    print("6. day 88: bias in the epilogue or not, GPU time per call (CUDA-graph replays, operands in L2), us")
-    columns = ["fused wmma_mm_bias", "wmma_mm + bias", "cuBLAS f32 + bias", "addmm fp16"]
-    print(f"{'M x K x N':<18}" + "".join(f"{name:>20}" for name in columns))
-    for m, k, n in [(256, 384, 512), (512, 128, 1024), (2048, 2048, 2048), (8192, 4096, 4096)]:
+    function, label, graded = base
+
+    def cublas_bias(a, b, bias):
+        return function(a, b) + bias
+
+    def fp32_product_bias(a, b, bias):
+        return fp32_product(a, b) + bias
+
+    table_heading("D. day 88: the bias in the kernel's store or added after; a (M x K), b (K x N) FP16, "
+                  "bias (N) FP32",
+                  "error: the worst |c - float64| / ((K + 1) * 2^-23 * (|A| @ |B| + |bias|)), test_op.py's bound; "
+                  "FP16: rel., bias FP16 too")
+    compiler = Compiler()
+    for m, k, n in DAY88_SIZES:
+        torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
         b = torch.randn(k, n, device="cuda", dtype=torch.half)
         bias = torch.randn(n, device="cuda")
         bias16 = bias.half()
-        calls = 200 if m * n * k < 2**33 else 20
-        figures = [graph_microseconds(function, calls=calls) for function in (
-            lambda: fast_op.wmma_mm_bias(a, b, bias), lambda: fast_op.wmma_mm(a, b) + bias,
-            lambda: base(a, b) + bias, lambda: torch.addmm(bias16, a, b))]
-        print(f"{f'{m}x{k}x{n}':<18}" + "".join(f"{figure:>20.2f}" for figure in figures), flush=True)
-    print()
+        reference, magnitude = float64_product(a, b, bias)
+        peer, peer_label, peer_graded = compiler.forward(cublas_bias, f"{label} + bias", graded, fp32_product_bias,
+                                                         "a.float() @ b.float() + bias", (a, b, bias))
+        error = forward_error(True, reference, magnitude, k + 1)
+        print_block(f"M={m} K={k} N={n}", [
+            Line("fast", "fast_op.wmma_mm_bias(a, b, bias): fused", lambda: fast_op.wmma_mm_bias(a, b, bias),
+                 error),
+            Line("lesson", "op.wmma_mm(a, b) + bias", lambda: op.wmma_mm(a, b) + bias, error),
+            Line("fast", "fast_op.wmma_mm(a, b) + bias", lambda: fast_op.wmma_mm(a, b) + bias, error),
+            Line("cuBLAS", f"{label} + bias", lambda: cublas_bias(a, b, bias),
+                 forward_error(graded, reference, magnitude, k + 1)),
+            Line("compiled", peer_label, lambda: peer(a, b, bias),
+                 forward_error(peer_graded, reference, magnitude, k + 1)),
+            Line("fp16", "torch.addmm(bias16, a, b)", lambda: torch.addmm(bias16, a, b),
+                 forward_error(False, reference, magnitude, k + 1)),
+        ], timing.calls_for(m, n, k))
+    compiler.report()
 
 
-def accuracy_table():
-    m, k, n = 2048, 1024, 1536
-    print(f"7. backward accuracy at {m}x{k}x{n}: ||grad_a - float64|| / ||float64||")
-    print(f"{'gradients':<14}{'wmma_mm':>10}{'fp16 path':>11}{'lesson FP32':>13}")
-    for regime in ("randn", "1e-7..1e-5"):
-        x = torch.randn(m, k, device="cuda").half().requires_grad_()
-        w = torch.randn(k, n, device="cuda").half().requires_grad_()
-        grad = torch.randn(m, n, device="cuda")
-        if regime != "randn":
-            grad = grad.sign() * 10 ** torch.empty_like(grad).uniform_(-7, -5)
-        reference = grad.double() @ w.double().t()
-        errors = [torch.autograd.grad(fast_op.wmma_mm(x, w), x, grad)[0], torch.autograd.grad(x @ w, x, grad.half())[0]]
-        errors.append(torch.autograd.grad(torch.ops.day87_bench.lesson(x, w), x, grad)[0])
-        errors = [((e.double() - reference).norm() / reference.norm()).item() for e in errors]
-        print(f"{regime:<14}{errors[0]:>10.2e}{errors[1]:>11.2e}{errors[2]:>13.2e}")
-
-
-def device_line(base_name=None):
-    return (f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}"
-            + (f", baseline {base_name}" if base_name else "") + "\n")
-
-
-def bench():
-    base, base_name = baseline()
-    print(device_line(base_name))
-    forward_tables(base, base_name)
-    library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables below
-    variants, rows = training_step_tables(prepare_floor)
-    backward_table()
-    host_breakdown()
-    compiled_step_table(variants, rows)
-    day88_table(base)
-    accuracy_table()
+def device_line():
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return (f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+            f"{now:%Y-%m-%d %H:%M:%S} UTC")
 
 
 def build_times():
@@ -485,26 +412,24 @@ def build_times():
 def main(arguments):
     if arguments.build_times:
         return build_times()
-    if not fast_op.BUILD["with_cuda"]:
-        print("bench.py needs the extension's CUDA part, and it was built without one; nothing to measure here.")
+    if not (op.BUILD["with_cuda"] and fast_op.BUILD["with_cuda"]):
+        print("bench.py needs the extensions' CUDA parts, and they were built without; nothing to measure here.")
         return
-    if arguments.forward:
-        base, base_name = baseline()
-        print(device_line(base_name))
-        forward_tables(base, base_name)
-    elif arguments.step:
-        print(device_line())
-        library, prepare_floor = comparison_operators()  # noqa: F841, kept alive for the tables
-        training_step_tables(prepare_floor)
+    # Inductor reports each autotuning on stderr, a dozen lines a product, which
+    # would bury the tables; the environment variable, where set, still rules.
+    if ("TORCHINDUCTOR_AUTOTUNE_NUM_CHOICES_DISPLAYED" not in os.environ
+            and hasattr(torch._inductor.config, "autotune_num_choices_displayed")):
+        torch._inductor.config.autotune_num_choices_displayed = 0
+    print(device_line() + "\n", flush=True)
+    every = not (arguments.forward or arguments.step or arguments.day88)
+    base = baseline()
+    if every or arguments.forward:
+        forward_table(base)
+    if every or arguments.step:
+        step_table()
         backward_table()
-    elif arguments.backward:
-        print(device_line())
-        backward_table()
-    elif arguments.day88:
-        print(device_line())
-        day88_table(baseline()[0])
-    else:
-        bench()
+    if every or arguments.day88:
+        day88_table(base)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@
 #
 #   bash fast/gpu_check.sh gate OUT       # fast/gate.cu and its ordering build,
 #                                         # compute-sanitizer on the gate and on the
-#                                         # operators through torch, the planted bugs
-#                                         # that the gate must catch, the lesson's
+#                                         # operators through torch, the warp barriers
+#                                         # in the PTX, the planted bugs that these
+#                                         # must catch, the lesson's
 #                                         # table against day87_fast (fast/test_fast.py),
 #                                         # which plan ran, ncu on the forward
 #   bash fast/gpu_check.sh bench OUT      # fast/bench.py: every table, day 88's included
@@ -92,6 +93,8 @@ if [ "$part" = gate ]; then
     # products as an uninitialized read, while each of those elements is checked
     # right against float64 (checks/NOTES.md, 2026-11-30).
     step sanitize-torch-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    # The epilogue's warp barriers, read from the PTX: no run can see a missing one.
+    step warp-barriers python3 fast/warp_barriers.py
     step planted-bugs python3 fast/planted_bugs.py
     step table python3 fast/test_fast.py
     step plan-run env EXPECTED_PLAN="TilePlan<64, 64, 32, 32, 32, 3>" python3 -c "$plan_run"

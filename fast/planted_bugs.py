@@ -6,9 +6,11 @@ Each planted bug is a text edit of fast/kernel.cu, made in a copy of the reposit
 (so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it). Three
 checks run on every copy: fast/gate.cu compiled for this machine's card, in its
 plain and its ordering build, and fast/warp_barriers.py, which reads the compiled
-PTX. Each bug names the checks that must fail on it; every other check must pass,
-and the copy with no bug must pass all three. The exit status is the number of
-verdicts that were not the expected one. The gates build side by side.
+PTX; a fourth, compute-sanitizer's racecheck on the plain gate (twenty seconds a
+run), runs on the copy with no bug and on each bug that names it. Each bug names the
+checks that must fail on it; every other check must pass, and the copy with no bug
+must pass all four. The exit status is the number of verdicts that were not the
+expected one. The gates build side by side.
 """
 
 import os
@@ -25,7 +27,7 @@ REPOSITORY = os.path.dirname(FAST)
 sys.path.insert(0, FAST)
 from warp_barriers import missing_barriers  # noqa: E402
 
-GATE, ORDERING_GATE, WARP_BARRIERS = "gate", "ordering gate", "warp barriers"
+GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = "gate", "ordering gate", "warp barriers", "racecheck"
 
 
 class Bug(NamedTuple):
@@ -81,15 +83,16 @@ BUGS = {
     "the scale reads a gradient with padded rows as dense": Bug(
         [("col_stride == 1 && row_stride == cols &&", "col_stride == 1 && row_stride >= cols &&")],
         (GATE, ORDERING_GATE)),
-    # No run is expected to see these two (fast/warp_barriers.py says why); the gates
-    # must pass on them, so that a run which does see one is reported.
+    # No gate's output shows these two (fast/warp_barriers.py says why), so the gates
+    # must pass on them, and a gate that does see one is reported. racecheck, which
+    # watches every lane's shared-memory accesses, and the PTX walk must fail.
     "the strip is overwritten before it is read out": Bug(
         [("        __syncwarp();  // the strip is read out before the next one overwrites it\n", "")],
-        (WARP_BARRIERS,)),
+        (RACECHECK, WARP_BARRIERS)),
     "the strip is read out before it is stored": Bug(
         [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
           "                                    wmma::mem_row_major);\n")],
-        (WARP_BARRIERS,)),
+        (RACECHECK, WARP_BARRIERS)),
 }
 
 # Each bug goes into both of fast/gate.cu's builds: the plain one, and the ordering
@@ -117,13 +120,13 @@ def copy_with_bug(folder, name, edits):
 def verdict(bug, check, failed, reached):
     """What a check's result on a bug means, and whether it was the expected one."""
     if not reached:
-        return ("passes: below sm_90 it is not reached", True) if not failed else ("NOT AS EXPECTED", False)
+        return ("passes: below sm_90 it is not reached", True) if not failed else ("fails: NOT AS EXPECTED", False)
     if check in bug.by_timing:
-        return ("caught" if failed else "passes: only the ordering build is sure to catch it"), True
+        return ("fails: caught" if failed else "passes: only the ordering build is sure to catch it"), True
     expected = check in bug.caught_by
     if failed == expected:
-        return ("caught" if failed else "passes, as it should"), True
-    return "NOT AS EXPECTED", False
+        return ("fails: caught" if failed else "passes, as it should"), True
+    return f"{'fails' if failed else 'passes'}: NOT AS EXPECTED", False
 
 
 def main():
@@ -155,11 +158,15 @@ def main():
                 failing = [line.strip() for line in gate.stdout.splitlines() if "FAIL" in line]
                 results[check] = (gate.returncode != 0, f"{len(failing)} failing lines"
                                   + (f", e.g. {failing[0]}" if failing else ""))
+            if RACECHECK in bug.caught_by or not bug.edits:
+                racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "--error-exitcode", "1",
+                                            "./gate"], cwd=folders[name], capture_output=True, text=True)
+                summary = [line for line in racecheck.stdout.splitlines() if "RACECHECK SUMMARY" in line]
+                results[RACECHECK] = (racecheck.returncode != 0, summary[0].strip("= ") if summary else "")
             for check, (failed, detail) in results.items():
                 meaning, as_expected = verdict(bug, check, failed, reached or check == WARP_BARRIERS)
                 unexpected += not as_expected
-                print(f"{name:<54} {check:<14} {'fails' if failed else 'passes'}: {meaning}"
-                      + (f"; {detail}" if detail else ""), flush=True)
+                print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""), flush=True)
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)
 

@@ -10,17 +10,18 @@ so each turn from writing the staging memory to reading it, and from reading it 
 writing it again, needs a warp barrier between them (__syncwarp(); bar.warp.sync in
 PTX): that is what the CUDA memory model asks for.
 
-No run shows a missing one, on the cards we have: the next strip's wmma.store is
-itself warp-synchronous (its .sync makes each lane wait there for the whole warp),
-and a converged warp's shared-memory accesses are carried out in order. So the gate
-passes, compute-sanitizer's racecheck passes, and the code is still wrong: a later
-compiler or card need not keep the accident (checks/NOTES.md has the runs). This
-check reads the program instead, and sees a missing barrier on every build: it
-compiles fast/kernel.cu to PTX and walks each wmmaGemmKernel from its epilogue's
-first store to shared memory to its end, a straight run of code (the epilogue's
-loops are unrolled; a backward branch there is reported, since this walk cannot
-follow it), requiring a barrier wherever the accesses to shared memory turn from
-writes to reads or from reads to writes. It exits 0 when every kernel has its
+No gate's output shows a missing one, on the H200 in sm_90 and compute_75 code:
+the next strip's wmma.store is itself warp-synchronous (its .sync makes each lane
+wait there for the whole warp), and a converged warp's shared-memory accesses are
+carried out in order. So the gate passes, and the code is still wrong: a later
+compiler or card need not keep the accident. compute-sanitizer's racecheck, which
+records every lane's accesses, does report it, on a GPU (checks/NOTES.md has the
+runs). This check needs no GPU, so CI runs it on every change. It reads the
+program: it compiles fast/kernel.cu to PTX and walks each wmmaGemmKernel from its
+epilogue's first store to shared memory to its end, a straight run of code (the
+epilogue's loops are unrolled; a backward branch there is reported, since this walk
+cannot follow it), requiring a barrier wherever the accesses to shared memory turn
+from writes to reads or from reads to writes. It exits 0 when every kernel has its
 barriers, 1 otherwise.
 """
 

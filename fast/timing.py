@@ -1,0 +1,113 @@
+"""timing.py: how fast/bench.py and fast/figures_hold.py time a call, written once,
+and the shapes that both of them time.
+
+    import timing
+    figures = timing.measure(lambda: fast_op.wmma_mm(a, b), timing.calls_for(m, n, k))
+    figures.wall, figures.host, figures.gpu      # microseconds per call
+
+A call costs the host (Python, the dispatcher, the launches) and the GPU (the
+kernels), and the two overlap: the host queues the next call while the GPU runs
+this one. So each call gets three figures, each in microseconds per call:
+
+- wall (wall_microseconds): calls back to back, then one synchronize, the elapsed
+  time divided by their count. What a loop of them costs: the slower of the host
+  and the GPU, once the queue is full.
+- host (host_alone): the Python call alone, the GPU idle before it (synchronized
+  first), the median of 50. What the host spends on one call, with no GPU work to
+  hide behind. Where it is above the GPU time, the host is the limit.
+- GPU (graph_microseconds): calls captured in one CUDA graph, the graph replayed,
+  the median replay divided by the calls in it. The GPU's own time, the host taken
+  out: a replay launches every kernel of the graph at once. The operands are the
+  same in every call, so they stay in L2 where they fit, as in a layer run again.
+
+Needs a GPU; importing it does not (torch alone).
+"""
+
+import statistics
+import time
+from typing import NamedTuple
+
+import torch
+
+# The shapes that both scripts time. The forward's are (M, N, K): the lesson's two
+# (its README and test_op.py) and one large square. The step's are (M, K, N): one
+# layer, x (M x K) @ w (K x N), from the lesson's size to a large layer.
+FORWARD_SHAPES = [(256, 512, 384), (512, 1024, 128), (4096, 4096, 4096)]
+STEP_SIZES = [(256, 384, 512), (2048, 512, 2048), (4096, 1024, 4096), (8192, 4096, 4096)]
+
+
+class Figures(NamedTuple):
+    """Microseconds per call: see this module's docstring."""
+    wall: float
+    host: float
+    gpu: float
+
+
+def calls_for(m, n, k):
+    """How many calls a measurement strings together: 200 where a call is short
+    (under 2^33 multiply-adds), else 20. Enough that a graph replay or a loop lasts
+    milliseconds, few enough that the largest shapes take about a second."""
+    return 200 if m * n * k < 2**33 else 20
+
+
+def wall_microseconds(call, calls):
+    """Wall time per call: five calls to warm up (a module's first launch, cuBLAS's
+    heuristics, the caching allocator), then `calls` calls back to back and one
+    synchronize, the elapsed time divided by `calls`."""
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    return 1e6 * (time.perf_counter() - start) / calls
+
+
+def host_alone(call, repeats=50):
+    """Median host microseconds of one call, the GPU idle before each: the time
+    until the call returns, its kernels queued and not waited for."""
+    call()
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append(1e6 * (time.perf_counter() - start))
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def graph_microseconds(call, calls=200, replays=7):
+    """GPU time per call with no host in the way: `calls` calls captured in one CUDA
+    graph (warmed up on a side stream first, as capture requires), the graph
+    replayed, the median replay divided by `calls`."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            call()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    timings = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        timings.append(1e3 * start.elapsed_time(end) / calls)
+    del graph
+    return statistics.median(timings)
+
+
+def measure(call, calls):
+    """The three figures of `call`, `calls` calls in the wall loop and in the graph."""
+    wall = wall_microseconds(call, calls)
+    host = host_alone(call)
+    return Figures(wall, host, graph_microseconds(call, calls=calls))
