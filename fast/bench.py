@@ -17,7 +17,10 @@ line per implementation of the same computation:
 - compiled: the cuBLAS line's function under torch.compile(mode=
   "max-autotune-no-cudagraphs"), compiled once per shape (dynamic=False) and whole
   (fullgraph=True, so that a graph break cannot leave it running eagerly), its
-  compiling and autotuning done before it is timed. For the forward it stays at
+  compiling and autotuning done before it is timed. That mode is max-autotune's
+  autotuning without its CUDA graphs: with them, the compiled function would replay
+  a graph of its own inside the one that measures GPU time, and its wall and host
+  times would be a replay's, not a call's; so every line is timed the same way. For the forward it stays at
   FP32 accuracy or says otherwise: where this torch cannot compile torch.mm's
   out_dtype, the line names the form compiled instead, and its error shows it.
 
@@ -28,12 +31,13 @@ CUDA graph and replayed, the host taken out. Why three: the host queues the next
 call while the GPU runs this one, so a loop costs the slower of the two (wall),
 and a kernel that wins on the GPU can still lose the loop to its host code. Then
 the GPU time over the cuBLAS line's, and the output's error against float64,
-computed in the same run, so that a line is seen to compute the same thing: for
-an FP32 output, its worst error as a fraction of the lesson's bound, test_op.py's
-error_ratio (K * 2^-23 * (|A| @ |B|), and (K + 1) * 2^-23 * (|A| @ |B| + |bias|)
-with a bias; 1 is the bound's edge); for an FP16 output (FP16 addmm's, and every
-line's gradients in tables B and C), which that bound does not cover, the word
-FP16 and the relative error ||out - float64|| / ||float64||, not graded.
+computed in the same run, so that a line is seen to be as accurate as the rest:
+for an FP32 output, its worst error as a fraction of the lesson's bound,
+test_op.py's error_ratio (K * 2^-23 * (|A| @ |B|), and (K + 1) * 2^-23 *
+(|A| @ |B| + |bias|) with a bias; 1 is the bound's edge, and a line past it, or
+NaN, says FAIL); for an FP16 output (FP16 addmm's, and every line's gradients in
+tables B and C), which that bound does not cover, the word FP16 and the relative
+error ||out - float64|| / ||float64||, not graded.
 
 A. The forward, c = a @ b, at the lesson's shapes and at 4096^3.
 B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
@@ -166,7 +170,8 @@ def forward_error(graded, reference, magnitude, terms):
     def error(output):
         if not graded:
             return f"FP16, not graded; rel. {relative_error(output, reference):.1e}"
-        return f"{((output.double() - reference).abs() / bound).max().item():.3f} of bound"
+        ratio = ((output.double() - reference).abs() / bound).max().item()
+        return f"{ratio:.3f} of bound" + ("" if ratio <= 1 else ": FAIL, outside the bound")  # NaN fails too
     return error
 
 

@@ -192,9 +192,10 @@ def parent(arguments):
         pairs = []
         for order in (("baseline", "now"), ("now", "baseline")):
             pairs.append({side: run_side(*sides[side]) for side in order})
-    shared = set(pairs[0]["baseline"]["libraries"]) & set(pairs[0]["now"]["libraries"])
-    if shared:
-        stop(f"both sides loaded {', '.join(sorted(shared))}: they are not two operators")
+    for pair in pairs:
+        shared = set(pair["baseline"]["libraries"]) & set(pair["now"]["libraries"])
+        if shared:
+            stop(f"both sides loaded {', '.join(sorted(shared))}: they are not two operators")
     return 1 if report(arguments.baseline_commit, pairs) else 0
 
 

@@ -12,8 +12,8 @@ before its plan launcher, with a plan and with the source edits listed, in a nam
 of its own; the lesson's kernel.cu, which fast/kernel.cu includes, comes once before
 them all, outside every namespace. The tool checks each variant against float64 at a
 shape with several tile groups and a K tail, and times each beside cuBLAS at the same
-precision contract (FP16 in, FP32 accumulate and out), with bench.py's method: fresh
-random inputs rotated past the L2, medians of CUDA event timings. Each plan's figure,
+precision contract (FP16 in, FP32 accumulate and out), with timing.py's throughput
+method: fresh random inputs rotated past the L2, medians of CUDA event timings. Each plan's figure,
 prediction and outcome go into checks/NOTES.md.
 """
 
@@ -222,7 +222,8 @@ def main():
         return
     sys.path.insert(0, LESSON)
     sys.path.insert(0, FAST)
-    import bench  # its timing method and input sets (and, through it, the fast tier's build)
+    import bench  # cuBLAS at the same precision contract (and, through it, the fast tier's build)
+    import timing  # how a call is timed, and the input sets rotated past the L2
     import test_op  # the error bound: error_ratio
 
     wanted = arguments.names
@@ -241,9 +242,9 @@ def main():
         return call
 
     if arguments.splits:
-        return split_table(variants, plan_call, bench, test_op)
+        return split_table(variants, plan_call, bench, timing, test_op)
 
-    base, base_name = bench.baseline()
+    base, base_name, _ = bench.baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"baseline {base_name}, TFLOP/s (ratio to the baseline)")
     m, n, k = CHECK_SHAPE
@@ -268,8 +269,8 @@ def main():
                 print(line + ("  caught" if ratio > 1 else "  NOT CAUGHT"), flush=True)
                 continue
         for shape in SHAPES:
-            sets = bench.input_sets(*shape)
-            ms = bench.milliseconds_per_call(call, sets)
+            sets = timing.input_sets(*shape)
+            ms = timing.milliseconds_per_call(call, sets)
             baseline_ms.setdefault(shape, ms)
             tflops = 2.0 * shape[0] * shape[1] * shape[2] / ms / 1e9
             line += f"{tflops:>14.1f} ({baseline_ms[shape] / ms:.2f})"
@@ -280,30 +281,30 @@ def main():
         sys.exit(1)
 
 
-def split_table(variants, plan_call, bench, test_op):
+def split_table(variants, plan_call, bench, timing, test_op):
     """GPU time (CUDA-graph replays, operands in L2) of each plan at the small shapes
     with K in 1 to 16 splits, beside cuBLAS and the launcher's own choice."""
     import fast_op
-    base, base_name = bench.baseline()
+    base, base_name, _ = bench.baseline()
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
           f"graph replays, operands in L2; fast_op.wmma_mm is the launcher's own choice")
     one = torch.zeros(1, device="cuda")
     print(f"the floor, a kernel that does next to nothing (a one-element add_): "
-          f"{bench.graph_microseconds(lambda: one.add_(1)):.2f}")
+          f"{timing.graph_microseconds(lambda: one.add_(1)):.2f}")
     for index, name in enumerate(variants):
         print(f"\n{name}")
         print(f"{'M x N x K':<18}{base_name:>24}{'fast_op.wmma_mm':>17}" + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
         for m, n, k in SPLIT_SHAPES:
             a = torch.randn(m, k, device="cuda", dtype=torch.half)
             b = torch.randn(k, n, device="cuda", dtype=torch.half)
-            line = (f"{f'{m}x{n}x{k}':<18}{bench.graph_microseconds(lambda: base(a, b)):>24.2f}"
-                    f"{bench.graph_microseconds(lambda: fast_op.wmma_mm(a, b)):>17.2f}")
+            line = (f"{f'{m}x{n}x{k}':<18}{timing.graph_microseconds(lambda: base(a, b)):>24.2f}"
+                    f"{timing.graph_microseconds(lambda: fast_op.wmma_mm(a, b)):>17.2f}")
             for splits in SPLIT_COUNTS:
                 call = plan_call(index, splits)
                 if "timing only" not in name and test_op.error_ratio(call(a, b), a, b) > 1:
                     line += f"{'FAIL':>8}"
                     continue
-                line += f"{bench.graph_microseconds(lambda: call(a, b)):>8.2f}"
+                line += f"{timing.graph_microseconds(lambda: call(a, b)):>8.2f}"
             print(line, flush=True)
 
 

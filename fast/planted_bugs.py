@@ -14,6 +14,7 @@ expected one. The gates build side by side.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,20 @@ def verdict(bug, check, failed, reached):
     return f"{'fails' if failed else 'passes'}: NOT AS EXPECTED", False
 
 
+def run_racecheck(folder):
+    """compute-sanitizer's racecheck on the plain gate in `folder`: (whether it
+    reported a hazard, its summary line), or (None, why) where it gave no summary. A
+    hazard, not the exit status, is what counts: the status is also 1 where the gate
+    itself fails or the tool cannot start."""
+    racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "./gate"], cwd=folder,
+                               capture_output=True, text=True)
+    summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)",
+                        racecheck.stdout)
+    if not summary:
+        return None, f"no racecheck summary (exit {racecheck.returncode}): {racecheck.stdout.strip()[-200:]}"
+    return sum(int(count) for count in summary.groups()) > 0, summary.group(0)
+
+
 def main():
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
@@ -147,24 +162,29 @@ def main():
         unexpected = 0
         for name, bug in BUGS.items():  # the PTX is read while the gates build
             reached = not bug.sm_90_only or major >= 9
+            # check -> (whether it failed, what it said); None where it could not run,
+            # which is never a catch: a planted edit that breaks the build proves nothing.
             results = {}
-            problems = missing_barriers(folders[name])
-            results[WARP_BARRIERS] = (bool(problems), problems[0].splitlines()[0] if problems else "")
+            try:
+                problems = missing_barriers(folders[name])
+                results[WARP_BARRIERS] = (bool(problems), problems[0].splitlines()[0] if problems else "")
+            except subprocess.CalledProcessError as error:
+                results[WARP_BARRIERS] = (None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
             for check, (program, _) in GATES.items():
                 if builds[name, check].wait() != 0:
-                    results[check] = (True, f"the {program} did not build")
+                    results[check] = (None, f"the {program} did not build")
                     continue
                 gate = subprocess.run([f"./{program}"], cwd=folders[name], capture_output=True, text=True)
                 failing = [line.strip() for line in gate.stdout.splitlines() if "FAIL" in line]
                 results[check] = (gate.returncode != 0, f"{len(failing)} failing lines"
                                   + (f", e.g. {failing[0]}" if failing else ""))
-            if RACECHECK in bug.caught_by or not bug.edits:
-                racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "--error-exitcode", "1",
-                                            "./gate"], cwd=folders[name], capture_output=True, text=True)
-                summary = [line for line in racecheck.stdout.splitlines() if "RACECHECK SUMMARY" in line]
-                results[RACECHECK] = (racecheck.returncode != 0, summary[0].strip("= ") if summary else "")
+            if (RACECHECK in bug.caught_by or not bug.edits) and results[GATE][0] is not None:
+                results[RACECHECK] = run_racecheck(folders[name])
             for check, (failed, detail) in results.items():
-                meaning, as_expected = verdict(bug, check, failed, reached or check == WARP_BARRIERS)
+                if failed is None:
+                    meaning, as_expected = "could not run: NOT AS EXPECTED", False
+                else:
+                    meaning, as_expected = verdict(bug, check, failed, reached or check == WARP_BARRIERS)
                 unexpected += not as_expected
                 print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""), flush=True)
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")

@@ -8,6 +8,7 @@ and the generated calls must still match fast/kernel.cu's plan launcher and the
 lesson's kernel.cu that it includes (nvcc compiles them).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import forward_variants  # noqa: E402
 
 NVCC = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+FAST = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_every_timing_function_it_calls_exists():
+    """forward_variants.py times with bench.py's baseline and timing.py's functions,
+    on a GPU only: a name that either file no longer defines fails here, on any machine."""
+    with open(forward_variants.__file__) as file:
+        source = file.read()
+    for module in ("bench", "timing"):
+        with open(os.path.join(FAST, f"{module}.py")) as file:
+            defined = set(re.findall(r"^def (\w+)", file.read(), re.MULTILINE))
+        called = set(re.findall(rf"\b{module}\.(\w+)\(", source))
+        assert called and called <= defined, f"{module}.py lacks {sorted(called - defined)}"
 
 
 @pytest.mark.parametrize("name", list(forward_variants.VARIANTS))

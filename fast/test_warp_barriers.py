@@ -1,5 +1,6 @@
-"""test_warp_barriers.py: warp_barriers.py passes both kernels as they are, and names
-each barrier that planted_bugs.py removes (no GPU needed: it reads the PTX).
+"""test_warp_barriers.py: warp_barriers.py passes both kernels as they are, names each
+barrier that planted_bugs.py removes, and follows loops and branches (no GPU needed:
+it reads the PTX).
 
     python -m pytest fast/test_warp_barriers.py
 """
@@ -29,6 +30,28 @@ def test_a_missing_fast_barrier_is_named(name, tmp_path):
     planted_bugs.copy_with_bug(str(tmp_path / "copy"), name, planted_bugs.BUGS[name].edits)
     problems = missing_barriers(str(tmp_path / "copy"))
     assert problems and all("tuned::" in problem or "tuned14" in problem for problem in problems), problems
+    assert all("with no barrier between" in problem for problem in problems), problems
+
+
+# The epilogue's strip loop kept as a loop (its back edge), and a barrier on one side
+# of a branch only: a walk of straight-line text would pass both wrongly.
+STRIP_LOOP = ("#pragma unroll\n    for (int i = 0; i < Plan::kFragmentsM; ++i) {\n#pragma unroll\n"
+              "        for (int j = 0; j < Plan::kFragmentsN; ++j)\n            wmma::store_matrix_sync")
+KEPT_LOOP = (STRIP_LOOP, STRIP_LOOP.replace("#pragma unroll\n    for (int i", "#pragma unroll 1\n    for (int i", 1))
+FIRST_BARRIER = "                                    wmma::mem_row_major);\n        __syncwarp();\n"
+ONE_SIDED = (FIRST_BARRIER, FIRST_BARRIER.replace("__syncwarp();", "if (partials != nullptr) __syncwarp();"))
+SECOND_BARRIER_REMOVED = planted_bugs.BUGS["the strip is overwritten before it is read out"].edits
+
+
+@pytest.mark.parametrize("edits, named", [
+    ([KEPT_LOOP], False),
+    ([KEPT_LOOP] + SECOND_BARRIER_REMOVED, True),
+    ([ONE_SIDED], True),
+], ids=["loop, barriers kept", "loop, second barrier removed", "first barrier on one branch only"])
+def test_every_path_is_followed(edits, named, tmp_path):
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "a path", edits)
+    problems = missing_barriers(str(tmp_path / "copy"))
+    assert bool(problems) == named, problems
     assert all("with no barrier between" in problem for problem in problems), problems
 
 

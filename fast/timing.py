@@ -19,10 +19,17 @@ this one. So each call gets three figures, each in microseconds per call:
   the median replay divided by the calls in it. The GPU's own time, the host taken
   out: a replay launches every kernel of the graph at once. The operands are the
   same in every call, so they stay in L2 where they fit, as in a layer run again.
+  Where a call is long (hundreds of microseconds), a replay has read above the wall
+  time of the same calls run eagerly (checks/NOTES.md has the figures; the cause was
+  not measured): compare a GPU time with GPU times, a wall time with wall times.
+
+And a fourth figure, for forward_variants.py's plans at large shapes: throughput
+(input_sets, milliseconds_per_call), each call on fresh operands rotated past the L2.
 
 Needs a GPU; importing it does not (torch alone).
 """
 
+import math
 import statistics
 import time
 from typing import NamedTuple
@@ -104,6 +111,43 @@ def graph_microseconds(call, calls=200, replays=7):
         timings.append(1e3 * start.elapsed_time(end) / calls)
     del graph
     return statistics.median(timings)
+
+
+def input_sets(m, n, k):
+    """Enough (a, b) pairs of fresh random FP16 values (never zeros) that together
+    they are twice the L2, at most 64 of them: a call that takes the next pair reads
+    its operands from memory, as a layer does whose weights the rest of a model has
+    pushed out of the cache."""
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    per_set = 2 * (m * k + k * n)
+    count = min(64, max(1, math.ceil(2 * l2_bytes / per_set)))
+    return [(torch.randn(m, k, device="cuda", dtype=torch.half), torch.randn(k, n, device="cuda", dtype=torch.half))
+            for _ in range(count)]
+
+
+def milliseconds_per_call(function, sets, target_ms=20.0, timings=15):
+    """Throughput with the operands rotated past the L2 (input_sets): calls on each
+    pair in turn, back to back, enough of them to last about target_ms, timed by CUDA
+    events; the median of `timings` such runs, per call."""
+    for a, b in sets:  # warm-up: module load, cuBLAS heuristics, the caching allocator
+        function(a, b)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for a, b in sets:
+        function(a, b)
+    end.record()
+    end.synchronize()
+    calls = max(len(sets), int(target_ms / max(start.elapsed_time(end) / len(sets), 1e-3)))
+    samples = []
+    for _ in range(timings):
+        start.record()
+        for call in range(calls):
+            function(*sets[call % len(sets)])
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / calls)
+    return statistics.median(samples)
 
 
 def measure(call, calls):

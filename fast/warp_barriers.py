@@ -10,19 +10,18 @@ so each turn from writing the staging memory to reading it, and from reading it 
 writing it again, needs a warp barrier between them (__syncwarp(); bar.warp.sync in
 PTX): that is what the CUDA memory model asks for.
 
-No gate's output shows a missing one, on the H200 in sm_90 and compute_75 code:
-the next strip's wmma.store is itself warp-synchronous (its .sync makes each lane
-wait there for the whole warp), and a converged warp's shared-memory accesses are
-carried out in order. So the gate passes, and the code is still wrong: a later
-compiler or card need not keep the accident. compute-sanitizer's racecheck, which
+No gate's output shows a missing one, on the H200 in sm_90 and compute_75 code,
+likely because the next strip's wmma.store is itself warp-synchronous (its .sync
+makes each lane wait there for the whole warp) and a converged warp's shared-memory
+accesses are carried out in order. So the gate passes, and the code is still wrong:
+a later compiler or card need not keep the accident. compute-sanitizer's racecheck, which
 records every lane's accesses, does report it, on a GPU (checks/NOTES.md has the
 runs). This check needs no GPU, so CI runs it on every change. It reads the
-program: it compiles fast/kernel.cu to PTX and walks each wmmaGemmKernel from its
-epilogue's first store to shared memory to its end, a straight run of code (the
-epilogue's loops are unrolled; a backward branch there is reported, since this walk
-cannot follow it), requiring a barrier wherever the accesses to shared memory turn
-from writes to reads or from reads to writes. It exits 0 when every kernel has its
-barriers, 1 otherwise.
+program: it compiles fast/kernel.cu to PTX and follows every path through each
+wmmaGemmKernel's epilogue, from the __syncthreads() before its first store to
+shared memory to the kernel's end, branches and loops included, requiring a barrier
+wherever the accesses to shared memory can turn from writes to reads or from reads
+to writes. It exits 0 when every kernel has its barriers, 1 otherwise.
 """
 
 import os
@@ -36,46 +35,84 @@ FAST = os.path.dirname(os.path.abspath(__file__))
 # epilogue does not, and a compiler may still schedule each differently.
 ARCHITECTURES = ("75", "90")
 
-BARRIER = re.compile(r"^\s*(?:bar|barrier)\.(?:warp\.)?sync\b")
-SHARED_WRITE = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:st\.shared|wmma\.store\.\S*\.shared|cp\.async\S*\.shared)")
-SHARED_READ = re.compile(r"^\s*(?:@!?%p\d+\s+)?(?:ld\.shared|wmma\.load\.\S*\.shared)")
-EPILOGUE_START = re.compile(r"^\s*wmma\.store\.\S*\.shared")
+WARP_BARRIER = re.compile(r"^\s*(@!?%\w+\s+)?bar\.warp\.sync\b")  # __syncwarp()
+BLOCK_BARRIER = re.compile(r"^\s*(@!?%\w+\s+)?(?:bar|barrier)(?:\.cta)?\.sync\b")  # __syncthreads()
+SHARED_WRITE = re.compile(r"^\s*(@!?%\w+\s+)?(?:st\.shared|wmma\.store\.\S*\.shared|cp\.async\S*\.shared)")
+SHARED_READ = re.compile(r"^\s*(@!?%\w+\s+)?(?:ld\.shared|wmma\.load\.\S*\.shared)")
+EPILOGUE_STORE = re.compile(r"^\s*wmma\.store\.\S*\.shared")
+LABEL = re.compile(r"^(\$\w+):")
+BRANCH = re.compile(r"^\s*(@!?%\w+\s+)?bra(?:\.uni)?\s+(\$\w+);")
+END = re.compile(r"^\s*(?:ret|exit);")
+NOTHING_YET = ("barrier", -1)  # the state just after a barrier: no access to pair with
 
 
 def kernel_bodies(ptx):
-    """{entry name: its lines} for every wmmaGemmKernel in the PTX text."""
-    bodies = {}
-    for match in re.finditer(r"^\.visible \.entry (\S*wmmaGemmKernel\S*)\($(.*?)^\}", ptx, re.MULTILINE | re.DOTALL):
-        bodies[match.group(1)] = match.group(2).splitlines()
-    return bodies
+    """{entry name: its lines} for every wmmaGemmKernel in the PTX text, and the names
+    of those whose body this pattern could not find (each is a problem)."""
+    names = re.findall(r"\.entry (\S*wmmaGemmKernel\S*)\(", ptx)
+    bodies = {match.group(1): match.group(2).splitlines() for match in re.finditer(
+        r"\.entry (\S*wmmaGemmKernel\S*)\($(.*?)^\}", ptx, re.MULTILINE | re.DOTALL)}
+    return bodies, [name for name in names if name not in bodies]
 
 
 def missing_barriers_in(name, lines):
-    """The epilogue's accesses to shared memory that turn direction with no barrier
-    between them, each as a line of text; or why the walk cannot judge this kernel."""
-    start = next((i for i, line in enumerate(lines) if EPILOGUE_START.match(line)), None)
-    if start is None:
+    """The epilogue's accesses to shared memory that can turn direction with no
+    barrier between them, on any path, each as text; or why this kernel cannot be
+    judged. The epilogue runs from the block barrier (__syncthreads) before its first
+    wmma.store to shared memory to the kernel's end; every path through it is
+    followed, branches and loops included: at each instruction, the set of accesses
+    that can be the last one before it, from every way in, until nothing changes."""
+    first_store = next((i for i, line in enumerate(lines) if EPILOGUE_STORE.match(line)), None)
+    if first_store is None:
         return [f"{name}: no wmma.store to shared memory: not the epilogue this check knows"]
-    labels = {}
-    problems, last_access, last_line = [], None, ""
-    for number, line in enumerate(lines):
-        label = re.match(r"^(\$\w+):", line)
-        if label:
-            labels[label.group(1)] = number
-        branch = re.search(r"\bbra(?:\.uni)?\s+(\$\w+);", line)
-        if number >= start and branch and branch.group(1) in labels and labels[branch.group(1)] >= start:
-            problems.append(f"{name}: the epilogue branches back (a loop this walk cannot follow): {line.strip()}")
-        if BARRIER.match(line):
-            last_access = None
+    start = next((i for i in range(first_store, -1, -1)
+                  if BLOCK_BARRIER.match(lines[i]) and not BLOCK_BARRIER.match(lines[i]).group(1)), None)
+    if start is None:
+        return [f"{name}: no __syncthreads() before the epilogue's first store"]
+    labels = {match.group(1): i for i, line in enumerate(lines) for match in [LABEL.match(line)] if match}
+    problems = []
+
+    def successors(i):
+        branch = BRANCH.match(lines[i])
+        if branch:
+            target = labels[branch.group(2)]
+            if target < start:
+                problems.append(f"{name}: a branch from the epilogue to before its __syncthreads(), which this "
+                                f"check does not follow: {lines[i].strip()}")
+                target = None
+            following = [i + 1] if branch.group(1) else []  # a predicated branch may fall through
+            return following + ([target] if target is not None else [])
+        return [] if END.match(lines[i]) else [i + 1]
+
+    arriving = {start + 1: {NOTHING_YET}}  # instruction -> the last accesses that can precede it
+    unpaired = set()  # (earlier access's line, later access's line)
+    pending = [start + 1]
+    while pending:
+        i = pending.pop()
+        if i >= len(lines):
             continue
-        access = "write" if SHARED_WRITE.match(line) else "read" if SHARED_READ.match(line) else None
-        if access is None:
-            continue
-        if number >= start and last_access is not None and access != last_access:
-            problems.append(f"{name}: a shared-memory {access} follows a {last_access} with no barrier between:\n"
-                            f"      {last_line.strip()}\n      {line.strip()}")
-        last_access, last_line = access, line
-    return problems
+        state, line = arriving[i], lines[i]
+        barrier = WARP_BARRIER.match(line) or BLOCK_BARRIER.match(line)
+        access = SHARED_WRITE.match(line) and "write" or SHARED_READ.match(line) and "read"
+        if barrier:
+            leaving = {NOTHING_YET} | (state if barrier.group(1) else set())  # a predicated one may not run
+        elif access:
+            unpaired |= {(j, i) for kind, j in state if kind not in (access, "barrier")}
+            predicated = (SHARED_WRITE.match(line) or SHARED_READ.match(line)).group(1)
+            leaving = {(access, i)} | (state if predicated else set())
+        else:
+            leaving = state
+        for following in successors(i):
+            before = arriving.setdefault(following, set())
+            if not leaving <= before:
+                before |= leaving
+                pending.append(following)
+    for j, i in sorted(unpaired, key=lambda pair: (pair[1], pair[0])):
+        later = "write" if SHARED_WRITE.match(lines[i]) else "read"
+        earlier = "write" if SHARED_WRITE.match(lines[j]) else "read"
+        problems.append(f"{name}: a shared-memory {later} can follow a {earlier} with no barrier between:\n"
+                        f"      {lines[j].strip()}\n      {lines[i].strip()}")
+    return list(dict.fromkeys(problems))
 
 
 def missing_barriers(folder):
@@ -90,9 +127,10 @@ def missing_barriers(folder):
             subprocess.run([nvcc, "-O3", "-ptx", f"-arch=compute_{architecture}", "-o", ptx_file,
                             os.path.join(folder, "fast", "kernel.cu")], check=True)
             with open(ptx_file) as file:
-                bodies = kernel_bodies(file.read())
+                bodies, unread = kernel_bodies(file.read())
             if not bodies:
                 problems.append(f"compute_{architecture}: no wmmaGemmKernel in the PTX")
+            problems += [f"compute_{architecture} {name}: its body could not be read" for name in unread]
             for name, lines in bodies.items():
                 problems += [f"compute_{architecture} {problem}" for problem in missing_barriers_in(name, lines)]
             print(f"compute_{architecture}: {len(bodies)} wmmaGemmKernel(s) walked")
