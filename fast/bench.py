@@ -66,6 +66,7 @@ import sys
 import tempfile
 import time
 import types
+from typing import NamedTuple
 
 FAST = os.path.dirname(os.path.abspath(__file__))
 LESSON = os.path.dirname(FAST)
@@ -127,15 +128,20 @@ def fp16_products(grad, x, w):
     return grad @ w.t(), x.t() @ grad
 
 
+class Baseline(NamedTuple):
+    """cuBLAS at wmma_mm's precision contract, as this torch offers it."""
+    function: object  # (a, b) -> a @ b
+    label: str  # what the tables call it
+    graded: bool  # its output is FP32, and so graded against the lesson's bound
+
+
 def baseline():
-    """cuBLAS at wmma_mm's precision contract: (function, its label, whether its
-    output is FP32 and so graded against the lesson's bound)."""
     probe = torch.ones(16, 16, dtype=torch.half, device="cuda")
     try:
         mm_fp32_out(probe, probe)
-        return mm_fp32_out, "torch.mm(a, b, out_dtype=torch.float32)", True
+        return Baseline(mm_fp32_out, "torch.mm(a, b, out_dtype=torch.float32)", True)
     except TypeError:  # out_dtype arrived around torch 2.8
-        return mm_fp16_widened, "(a @ b).float(), no out_dtype here", False
+        return Baseline(mm_fp16_widened, "(a @ b).float(), no out_dtype here", False)
 
 
 def training_step(forward, x, w, grad):

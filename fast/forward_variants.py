@@ -244,7 +244,8 @@ def main():
     if arguments.splits:
         return split_table(variants, plan_call, bench, timing, test_op)
 
-    base, base_name, _ = bench.baseline()
+    cublas = bench.baseline()
+    base, base_name = cublas.function, cublas.label
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"baseline {base_name}, TFLOP/s (ratio to the baseline)")
     m, n, k = CHECK_SHAPE
@@ -285,7 +286,8 @@ def split_table(variants, plan_call, bench, timing, test_op):
     """GPU time (CUDA-graph replays, operands in L2) of each plan at the small shapes
     with K in 1 to 16 splits, beside cuBLAS and the launcher's own choice."""
     import fast_op
-    base, base_name, _ = bench.baseline()
+    cublas = bench.baseline()
+    base, base_name = cublas.function, cublas.label
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
           f"graph replays, operands in L2; fast_op.wmma_mm is the launcher's own choice")
     one = torch.zeros(1, device="cuda")

@@ -71,17 +71,27 @@ def missing_barriers_in(name, lines):
         return [f"{name}: no __syncthreads() before the epilogue's first store"]
     labels = {match.group(1): i for i, line in enumerate(lines) for match in [LABEL.match(line)] if match}
     problems = []
+    # The walk starts at the __syncthreads(): a way into the epilogue that passes it
+    # by would bring accesses the walk never sees.
+    for i, line in enumerate(lines[:start]):
+        branch = BRANCH.match(line)
+        if branch and labels.get(branch.group(2), -1) > start:
+            problems.append(f"{name}: a branch into the epilogue past its __syncthreads(), which this check "
+                            f"does not follow: {line.strip()}")
 
     def successors(i):
         branch = BRANCH.match(lines[i])
         if branch:
-            target = labels[branch.group(2)]
-            if target < start:
-                problems.append(f"{name}: a branch from the epilogue to before its __syncthreads(), which this "
-                                f"check does not follow: {lines[i].strip()}")
+            target = labels.get(branch.group(2))
+            if target is None or target < start:
+                problems.append(f"{name}: a branch from the epilogue to "
+                                + ("a label this check did not find" if target is None else
+                                   "before its __syncthreads()") + f", which it does not follow: {lines[i].strip()}")
                 target = None
             following = [i + 1] if branch.group(1) else []  # a predicated branch may fall through
             return following + ([target] if target is not None else [])
+        if re.search(r"\b(?:bra|brx)\b", lines[i]):  # a branch of a form BRANCH does not read
+            problems.append(f"{name}: a branch this check cannot read: {lines[i].strip()}")
         return [] if END.match(lines[i]) else [i + 1]
 
     arriving = {start + 1: {NOTHING_YET}}  # instruction -> the last accesses that can precede it
@@ -115,25 +125,31 @@ def missing_barriers_in(name, lines):
     return list(dict.fromkeys(problems))
 
 
-def missing_barriers(folder):
-    """Every problem in `folder`'s fast/kernel.cu (which includes the lesson's
-    kernel.cu), for each architecture; an empty list when there is none."""
+def compiled_ptx(folder, architecture):
+    """The PTX of `folder`'s fast/kernel.cu (which includes the lesson's kernel.cu)
+    for compute_`architecture`, as text."""
     nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
     nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
-    problems = []
     with tempfile.TemporaryDirectory(prefix="day87-ptx-") as scratch:
-        for architecture in ARCHITECTURES:
-            ptx_file = os.path.join(scratch, f"kernel_{architecture}.ptx")
-            subprocess.run([nvcc, "-O3", "-ptx", f"-arch=compute_{architecture}", "-o", ptx_file,
-                            os.path.join(folder, "fast", "kernel.cu")], check=True)
-            with open(ptx_file) as file:
-                bodies, unread = kernel_bodies(file.read())
-            if not bodies:
-                problems.append(f"compute_{architecture}: no wmmaGemmKernel in the PTX")
-            problems += [f"compute_{architecture} {name}: its body could not be read" for name in unread]
-            for name, lines in bodies.items():
-                problems += [f"compute_{architecture} {problem}" for problem in missing_barriers_in(name, lines)]
-            print(f"compute_{architecture}: {len(bodies)} wmmaGemmKernel(s) walked")
+        ptx_file = os.path.join(scratch, f"kernel_{architecture}.ptx")
+        subprocess.run([nvcc, "-O3", "-ptx", f"-arch=compute_{architecture}", "-o", ptx_file,
+                        os.path.join(folder, "fast", "kernel.cu")], check=True)
+        with open(ptx_file) as file:
+            return file.read()
+
+
+def missing_barriers(folder):
+    """Every problem in `folder`'s kernels, for each architecture; an empty list when
+    there is none."""
+    problems = []
+    for architecture in ARCHITECTURES:
+        bodies, unread = kernel_bodies(compiled_ptx(folder, architecture))
+        if not bodies:
+            problems.append(f"compute_{architecture}: no wmmaGemmKernel in the PTX")
+        problems += [f"compute_{architecture} {name}: its body could not be read" for name in unread]
+        for name, lines in bodies.items():
+            problems += [f"compute_{architecture} {problem}" for problem in missing_barriers_in(name, lines)]
+        print(f"compute_{architecture}: {len(bodies)} wmmaGemmKernel(s) walked")
     return problems
 
 
