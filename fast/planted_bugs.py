@@ -6,8 +6,8 @@ Each planted bug is a text edit of fast/kernel.cu, made in a copy of the reposit
 (so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it). Three
 checks run on every copy: fast/gate.cu compiled for this machine's card, in its
 plain and its ordering build, and fast/warp_barriers.py, which reads the compiled
-PTX; a fourth, compute-sanitizer's racecheck on the plain gate (twenty seconds a
-run), runs on the copy with no bug and on each bug that names it, where that gate
+PTX; a fourth, compute-sanitizer's racecheck on the plain gate (slow beside the
+others), runs on the copy with no bug and on each bug that names it, where that gate
 built. Each bug names the checks that must fail on it; every other check must pass,
 and the copy with no bug must pass all four. A check that could not run (a copy that
 does not build, a racecheck with no summary) is never a catch: it is counted as a

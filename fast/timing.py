@@ -19,9 +19,9 @@ this one. So each call gets three figures, each in microseconds per call:
   the median replay divided by the calls in it. The GPU's own time, the host taken
   out: a replay launches every kernel of the graph at once. The operands are the
   same in every call, so they stay in L2 where they fit, as in a layer run again.
-  At 8192 x 4096 x 4096 some lines' replays have read up to 19% above the wall
-  time of the same calls run eagerly (checks/NOTES.md has the figures; the cause was
-  not measured): compare a GPU time with GPU times, a wall time with wall times.
+  At the largest shapes some lines' replays have read above the wall time of the
+  same calls run eagerly (checks/NOTES.md has the figures; the cause was not
+  measured): compare a GPU time with GPU times, a wall time with wall times.
 
 And a fourth figure, for forward_variants.py's plans at large shapes: throughput
 (input_sets, milliseconds_per_call), each call on fresh operands rotated past the L2.
