@@ -306,10 +306,7 @@ def step_table():
                   "an FP16 grad;", "error: the gradients' against float64 from the same grad, x and w")
     compiler = Compiler()
     for m, k, n in timing.STEP_SIZES:
-        torch.manual_seed(0)
-        x = torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True)
-        w = torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True)
-        grad = torch.randn(m, n, device="cuda")
+        x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         grad16 = grad.half()
         peer = compiler.first_call(fp16_forward, lambda compiled: training_step(compiled, x, w, grad16)())
         error, error16 = gradient_error(grad, x, w), gradient_error(grad16, x, w)
@@ -329,10 +326,7 @@ def backward_table():
                   "error: as in table B")
     compiler = Compiler()
     for m, k, n in timing.STEP_SIZES:
-        torch.manual_seed(0)
-        x = torch.randn(m, k, device="cuda", dtype=torch.half)
-        w = torch.randn(k, n, device="cuda", dtype=torch.half)
-        grad = torch.randn(m, n, device="cuda")
+        x, w, grad = timing.layer_operands(m, k, n)
         grad16 = grad.half()
         # What op.py's _backward reads of autograd's ctx: both inputs saved, both
         # gradients wanted.

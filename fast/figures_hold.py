@@ -91,11 +91,11 @@ def child(folder, module_name):
         figures[f"forward M={m} N={n} K={k}"] = timing.measure(lambda: operator.wmma_mm(a, b),
                                                                timing.calls_for(m, n, k))
     for m, k, n in timing.STEP_SIZES:
-        x, w, grad = step_operands(m, k, n)
+        x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         figures[f"step M={m} K={k} N={n}"] = timing.measure(
             lambda: torch.autograd.grad(operator.wmma_mm(x, w), (x, w), grad), timing.calls_for(m, n, k))
     for m, k, n in timing.STEP_SIZES:
-        x, w, grad = step_operands(m, k, n)
+        x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         x16, w16 = x.detach(), w.detach()
         figures[f"backward M={m} K={k} N={n}"] = timing.measure(lambda: backward(grad, x16, w16),
                                                                 timing.calls_for(m, n, k))
@@ -109,15 +109,6 @@ def stop(message):
     """A side cannot be measured: say why, exit 2."""
     print(f"figures_hold: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
-
-
-def step_operands(m, k, n):
-    """x (M x K) and w (K x N), FP16 and wanting gradients, and an FP32 grad (M x N),
-    the same values in every process."""
-    torch.manual_seed(0)
-    return (torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=True),
-            torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=True),
-            torch.randn(m, n, device="cuda"))
 
 
 def export(repository, commit, folder):

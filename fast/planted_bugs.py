@@ -28,7 +28,7 @@ import torch
 FAST = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(FAST)
 sys.path.insert(0, FAST)
-from warp_barriers import missing_barriers  # noqa: E402
+from warp_barriers import missing_barriers, nvcc  # noqa: E402
 
 GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = "gate", "ordering gate", "warp barriers", "racecheck"
 
@@ -150,8 +150,6 @@ def main():
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
-    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
-    nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
         folders, builds = {}, {}
         for index, (name, bug) in enumerate(BUGS.items()):
@@ -159,7 +157,7 @@ def main():
             copy_with_bug(folders[name], name, bug.edits)
             for check, (program, flags) in GATES.items():
                 builds[name, check] = subprocess.Popen(
-                    [nvcc, "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", *flags,
+                    [nvcc(), "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", *flags,
                      "-o", program, os.path.join("fast", "gate.cu")], cwd=folders[name])
         unexpected = 0
         for name, bug in BUGS.items():  # the PTX is read while the gates build

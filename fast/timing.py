@@ -1,5 +1,5 @@
 """timing.py: how fast/bench.py and fast/figures_hold.py time a call, written once,
-and the shapes that both of them time.
+and the shapes and seeded operands that both of them time.
 
     import timing
     figures = timing.measure(lambda: fast_op.wmma_mm(a, b), timing.calls_for(m, n, k))
@@ -41,6 +41,15 @@ import torch
 # layer, x (M x K) @ w (K x N), from the lesson's size to a large layer.
 FORWARD_SHAPES = [(256, 512, 384), (512, 1024, 128), (4096, 4096, 4096)]
 STEP_SIZES = [(256, 384, 512), (2048, 512, 2048), (4096, 1024, 4096), (8192, 4096, 4096)]
+
+
+def layer_operands(m, k, n, requires_grad=False):
+    """One layer's x (M x K) and w (K x N), FP16, and an FP32 grad (M x N), from a
+    fixed seed: the same values in every table and every process."""
+    torch.manual_seed(0)
+    return (torch.randn(m, k, device="cuda", dtype=torch.half, requires_grad=requires_grad),
+            torch.randn(k, n, device="cuda", dtype=torch.half, requires_grad=requires_grad),
+            torch.randn(m, n, device="cuda"))
 
 
 class Figures(NamedTuple):

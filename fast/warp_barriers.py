@@ -95,7 +95,7 @@ def missing_barriers_in(name, lines):
         return [] if END.match(lines[i]) else [i + 1]
 
     arriving = {start + 1: {NOTHING_YET}}  # instruction -> the last accesses that can precede it
-    unpaired = set()  # (earlier access's line, later access's line)
+    unpaired = set()  # (earlier access's line, its kind, later access's line, its kind)
     pending = [start + 1]
     while pending:
         i = pending.pop()
@@ -103,13 +103,13 @@ def missing_barriers_in(name, lines):
             continue
         state, line = arriving[i], lines[i]
         barrier = WARP_BARRIER.match(line) or BLOCK_BARRIER.match(line)
-        access = SHARED_WRITE.match(line) and "write" or SHARED_READ.match(line) and "read"
+        write, read = SHARED_WRITE.match(line), SHARED_READ.match(line)
+        access = "write" if write else "read" if read else None
         if barrier:
             leaving = {NOTHING_YET} | (state if barrier.group(1) else set())  # a predicated one may not run
         elif access:
-            unpaired |= {(j, i) for kind, j in state if kind not in (access, "barrier")}
-            predicated = (SHARED_WRITE.match(line) or SHARED_READ.match(line)).group(1)
-            leaving = {(access, i)} | (state if predicated else set())
+            unpaired |= {(j, kind, i, access) for kind, j in state if kind not in (access, "barrier")}
+            leaving = {(access, i)} | (state if (write or read).group(1) else set())  # predicated: may not run
         else:
             leaving = state
         for following in successors(i):
@@ -117,22 +117,24 @@ def missing_barriers_in(name, lines):
             if not leaving <= before:
                 before |= leaving
                 pending.append(following)
-    for j, i in sorted(unpaired, key=lambda pair: (pair[1], pair[0])):
-        later = "write" if SHARED_WRITE.match(lines[i]) else "read"
-        earlier = "write" if SHARED_WRITE.match(lines[j]) else "read"
+    for j, earlier, i, later in sorted(unpaired, key=lambda pair: (pair[2], pair[0])):
         problems.append(f"{name}: a shared-memory {later} can follow a {earlier} with no barrier between:\n"
                         f"      {lines[j].strip()}\n      {lines[i].strip()}")
     return list(dict.fromkeys(problems))
 
 
+def nvcc():
+    """CUDA_HOME's nvcc, else the one on PATH."""
+    named = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
+    return named if os.path.exists(named) else "nvcc"
+
+
 def compiled_ptx(folder, architecture):
     """The PTX of `folder`'s fast/kernel.cu (which includes the lesson's kernel.cu)
     for compute_`architecture`, as text."""
-    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
-    nvcc = nvcc if os.path.exists(nvcc) else "nvcc"
     with tempfile.TemporaryDirectory(prefix="day87-ptx-") as scratch:
         ptx_file = os.path.join(scratch, f"kernel_{architecture}.ptx")
-        subprocess.run([nvcc, "-O3", "-ptx", f"-arch=compute_{architecture}", "-o", ptx_file,
+        subprocess.run([nvcc(), "-O3", "-ptx", f"-arch=compute_{architecture}", "-o", ptx_file,
                         os.path.join(folder, "fast", "kernel.cu")], check=True)
         with open(ptx_file) as file:
             return file.read()
