@@ -55,6 +55,7 @@ if [ "$part" = lesson ]; then
     step harness python3 test_op.py
     step harness-no-gpu env CUDA_VISIBLE_DEVICES= python3 test_op.py
     step self-test python3 checks/self_test.py
+    step hardening python3 checks/hardening.py
     step fuzz python3 checks/fuzz.py "${FUZZ_CALLS:-5000}" --seed 87
     # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
     step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \

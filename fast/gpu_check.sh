@@ -8,6 +8,7 @@
 #                                         # in the PTX, the planted bugs that these
 #                                         # must catch, the lesson's
 #                                         # table against day87_fast (fast/test_fast.py),
+#                                         # its self-test (fast/self_test_fast.py),
 #                                         # which plan ran, ncu on the forward
 #   bash fast/gpu_check.sh bench OUT      # fast/bench.py: every table, day 88's included
 #   bash fast/gpu_check.sh forward OUT    # the tile plans: the gate for sm_90a and
@@ -97,6 +98,7 @@ if [ "$part" = gate ]; then
     step warp-barriers python3 fast/warp_barriers.py
     step planted-bugs python3 fast/planted_bugs.py
     step table python3 fast/test_fast.py
+    step self-test python3 fast/self_test_fast.py
     step plan-run env EXPECTED_PLAN="TilePlan<64, 64, 32, 32, 32, 3>" python3 -c "$plan_run"
     # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
     step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
