@@ -113,108 +113,26 @@ def _register():
 
 
 # ===========================================================================
-# The build. Nothing below is part of the lesson: a student need not read on.
+# The build: kernel.cu and binding.cpp compiled into one library at the first import.
 # ===========================================================================
-import hashlib  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import stat  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
+import hashlib, os, sys  # noqa: E401, E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The lesson's extension: its namespace (TORCH_LIBRARY's, and the build folder's
-# prefix) and its sources. load_extension builds another folder's the same way.
-NAMESPACE = "day87"
+NAMESPACE = "day87"  # binding.cpp's TORCH_LIBRARY namespace, and its build folder's prefix
 SOURCES = ("kernel.cu", "binding.cpp")
-# Built when torch has CUDA but no card is visible (CI, a login node): every
-# architecture from the T4 up, with PTX for the last so that newer cards JIT it.
-ARCHS_WITHOUT_A_CARD = "7.5;8.0;8.6;8.9;9.0+PTX"
-# A concurrent first import waits for the build in progress at most this long.
-BUILD_LOCK_TIMEOUT_S = float(os.environ.get("DAY87_BUILD_LOCK_TIMEOUT_S", "900"))
-
-
-def _say(message):
-    # stderr, flushed: seen in a terminal, a notebook cell and a CI log alike.
-    print(f"day87: {message}", file=sys.stderr, flush=True)
-
-
-def find_toolkit():
-    """The CUDA toolkit to build with, or None, looked for in this order:
-    1. CUDA_HOME (or CUDA_PATH), where set, and nothing else: a user who names a
-       toolkit means that one.
-    2. The cuda-toolkit wheels that pip installed into this environment, at torch's
-       CUDA major version: pinned beside torch, the one toolkit that cannot mismatch.
-    3. The nvcc on PATH, where its folder has the headers (a wrapper script in
-       /usr/local/bin would make the toolkit /usr/local).
-    4. /usr/local/cuda.
-    Returns {"home": the folder of bin/nvcc, "include": more header folders,
-    "cudart": the libcudart to link against where the toolkit has no
-    unversioned libcudart.so (the wheels ship only libcudart.so.N)}."""
-    chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    from_pip = None if chosen else _pip_toolkit()
-    if from_pip:
-        return from_pip
-    nvcc_on_path = shutil.which("nvcc")
-    candidates = [chosen] if chosen else [
-        nvcc_on_path and os.path.dirname(os.path.dirname(os.path.realpath(nvcc_on_path))),
-        "/usr/local/cuda"]
-    for home in filter(None, candidates):
-        if all(os.path.exists(os.path.join(home, part))
-               for part in ("bin/nvcc", "include/cuda_runtime.h")):
-            return {"home": home, "include": [], "cudart": None}
-    return None
-
-
-def _pip_toolkit():
-    """nvcc from `pip install "cuda-toolkit[nvcc,cccl]"` at torch's CUDA major: the
-    CUDA 13 wheels put it in nvidia/cu13, beside the runtime that torch's own
-    wheels installed there, or in another site-packages folder (a venv over
-    system packages). PyPI's CUDA 12 wheels ship ptxas but no nvcc."""
-    try:
-        import nvidia  # the namespace package that the wheels install into
-    except ImportError:
-        return None
-    major = torch.version.cuda.split(".")[0]
-    parts = [os.path.join(root, f"cu{major}") for root in nvidia.__path__
-             if os.path.isdir(os.path.join(root, f"cu{major}"))]
-    homes = [part for part in parts if os.path.exists(os.path.join(part, "bin", "nvcc"))]
-    if not homes:
-        return None
-    cudart = [os.path.join(part, "lib", f"libcudart.so.{major}") for part in parts]
-    return {"home": homes[0], "include": [os.path.join(part, "include") for part in parts
-                                          if os.path.isdir(os.path.join(part, "include"))],
-            "cudart": next(filter(os.path.exists, cudart), None)}
-
-
-def nvcc_version_text(cuda_home):
-    """The literal output of `nvcc --version`."""
-    return subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-
-
-def architecture_list():
-    """The architectures to build for, as TORCH_CUDA_ARCH_LIST spells them."""
-    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
-        return os.environ["TORCH_CUDA_ARCH_LIST"]
-    if torch.cuda.is_available():
-        capabilities = sorted({torch.cuda.get_device_capability(i)
-                               for i in range(torch.cuda.device_count())})
-        return ";".join(f"{major}.{minor}" for major, minor in capabilities) + "+PTX"
-    return ARCHS_WITHOUT_A_CARD
 
 
 def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cflags=()):
-    """Everything a build depends on, and the directory its hash names: another
-    torch, card or edited source never loads a stale library. `sources` are the
-    files in `folder` to compile (a build without CUDA compiles the .cpp ones
-    alone); `depends`, other files they include, whose contents enter the hash
-    too; `cflags`, more flags for the C++ compiler."""
+    """The build of `sources` (in `folder`; `depends`: files they include) and the folder its key names."""
     toolkit = find_toolkit() if torch.version.cuda else None
-    compiled = tuple(name for name in sources if toolkit or not name.endswith(".cu"))
+    compiled = tuple(name for name in sources if toolkit or not name.endswith(".cu"))  # else CPU alone
+    # Code for the card at hand alone launches there and on no newer card ("no kernel image
+    # is available" on the machine it ships to): every visible card's architecture, and
+    # PTX on the newest, which the driver compiles for any card that came later.
     archs = architecture_list() if toolkit else None
+    # The key: what the library depends on, hashed into its folder's name, so that a change
+    # builds anew, never loads a stale library. torch's version and CUDA build are in it as the
+    # library links against this libtorch's C++ symbols: another torch says "undefined symbol".
     digest = hashlib.sha256()
     for path in [os.path.join(folder, name) for name in compiled] + list(depends):
         with open(path, "rb") as source:
@@ -222,220 +140,214 @@ def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cf
     for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform, *cflags):
         digest.update(str(part).encode() + b"\0")
     key = digest.hexdigest()[:16]
-    cache_root = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "torch_extensions")
-    directory = os.path.join(cache_root, f"{namespace}-{key}")
-    extension = f"{namespace}_ext"
-    return {"namespace": namespace, "extension": extension, "folder": folder,
-            "with_cuda": toolkit is not None, "toolkit": toolkit,
-            "cuda_home": toolkit and toolkit["home"], "sources": compiled,
-            "depends": tuple(depends), "cflags": tuple(cflags),
-            "archs": archs, "key": key, "directory": directory,
-            "library": os.path.join(directory, f"{extension}.so"),
-            # Written only after a build succeeded: a library that a killed link
-            # left half-written has no marker and is rebuilt, never loaded.
-            "done_marker": os.path.join(directory, "build-complete"),
-            # Written when a build failed, with its first error: the next import
-            # says so, rather than mistaking what the failure left for a killed build.
+    cache = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
+    directory = os.path.join(cache, f"{namespace}-{key}")
+    return {"namespace": namespace, "extension": f"{namespace}_ext", "folder": folder, "sources": compiled,
+            "depends": tuple(depends), "cflags": tuple(cflags), "with_cuda": toolkit is not None,
+            "toolkit": toolkit, "cuda_home": toolkit and toolkit["home"], "archs": archs, "key": key,
+            "directory": directory, "library": os.path.join(directory, f"{namespace}_ext.so"),
+            "done_marker": os.path.join(directory, "build-complete"),  # both: see _build
             "failed_marker": os.path.join(directory, "build-failed")}
 
 
-def _toolkit_fix():
-    """What to install for a toolkit that matches this torch."""
-    if int(torch.version.cuda.split(".")[0]) >= 13:  # from PyPI, into this environment
-        return (f'pip install "cuda-toolkit[nvcc,cccl]=={torch.version.cuda}.*" (this torch\'s '
-                "CUDA, into this environment; op.py finds it there)")
-    return (f"install the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it (PyPI's "
-            "CUDA 12 wheels carry ptxas but no nvcc)")
-
-
-def _check_toolchain(plan, check_more=None):
-    """Refuse, before compiling, what would fail late or load wrong; then
-    check_more(plan), another extension's own refusals, where given."""
-    if shutil.which("ninja") is None:
-        raise RuntimeError("day87: building the extension needs ninja, and none is on PATH. "
-                           "Fix: pip install ninja (it is in requirements.txt).")
-    if not plan["with_cuda"]:
-        return
-    text = nvcc_version_text(plan["cuda_home"])
-    found = re.search(r"release (\d+)\.(\d+)", text)
-    nvcc_major = found.group(1) if found else "unknown"
-    torch_major = torch.version.cuda.split(".")[0]
-    if nvcc_major != torch_major:
-        raise RuntimeError(
-            f"day87: nvcc in {plan['cuda_home']} is CUDA {found.group(0) if found else text!r}, "
-            f"but torch {torch.__version__} was built with CUDA {torch.version.cuda}. Their "
-            "major versions must match: an extension built by one cannot load beside the "
-            f"other. Fix: {_toolkit_fix()}; or install a torch built for CUDA {nvcc_major}.x "
-            f"(the cu{nvcc_major}* index at https://download.pytorch.org/whl/).")
-    if check_more:
-        check_more(plan)
-
-
-def _build(plan, check_more=None):
-    """Compile and link into plan['directory'], one process at a time."""
-    from filelock import FileLock, Timeout  # torch depends on filelock
-
-    try:
-        os.makedirs(plan["directory"], mode=0o700, exist_ok=True)  # private to its owner
-        _refuse_unless_private(plan["directory"])
-        # An flock underneath: the kernel releases it when its holder dies, so a
-        # killed build never blocks the next one.
-        lock = FileLock(os.path.join(plan["directory"], "op.lock"))
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            _say(f"another process is building in {plan['directory']}; waiting for it")
-            lock.acquire(timeout=BUILD_LOCK_TIMEOUT_S)
-    except Timeout:
-        raise RuntimeError(
-            f"day87: waited {BUILD_LOCK_TIMEOUT_S:.0f} s for the process that holds "
-            f"{lock.lock_file} to finish its build. If no other Python process is building "
-            "day87, delete that file and import again; DAY87_BUILD_LOCK_TIMEOUT_S sets the "
-            "wait.") from None
-    except OSError as error:
-        raise RuntimeError(f"day87: cannot write the build cache {plan['directory']}: {error}. "
-                           "Set TORCH_EXTENSIONS_DIR to a writable folder.") from None
-    try:
-        if os.path.exists(plan["done_marker"]):
-            return  # the process we waited for built it
-        _check_toolchain(plan, check_more)
-        # We hold the lock, so no live op.py builds here: a cpp_extension lock
-        # file left over belongs to a build that was killed (on torch releases whose
-        # load() waits while that file exists, it would wait forever), and so does
-        # any library without the done marker. A failed build removes its own.
-        stale_lock = os.path.join(plan["directory"], "lock")
-        if os.path.exists(plan["failed_marker"]):
-            _say(f"the last build in {plan['directory']} failed ({_text(plan['failed_marker']).strip()}); "
-                 "building again")
-            os.remove(plan["failed_marker"])
-        elif os.path.exists(stale_lock):
-            _say(f"removing {stale_lock}, left by a build that was killed")
-        if os.path.exists(stale_lock):
-            os.remove(stale_lock)
-        what = (f"for sm {plan['archs']} with the toolkit in {plan['cuda_home']}" if plan["with_cuda"]
-                else "CPU part only (" + ("torch has no CUDA" if not torch.version.cuda
-                                          else "no CUDA toolkit found") + ")")
-        _say(f"building the extension {what} in {plan['directory']}; "
-             "a first build takes tens of seconds")
-        try:
-            _compile(plan)
-        except (RuntimeError, OSError) as error:
-            first_error, message = _explain_build_failure(error, plan)
-            with open(plan["failed_marker"], "w") as marker:
-                marker.write(first_error + "\n")
-            if os.path.exists(stale_lock):
-                os.remove(stale_lock)
-            raise RuntimeError(message) from None
-        # A umask of 002 would leave the library group-writable, and the check
-        # before every load would then refuse it.
-        os.chmod(plan["library"], os.stat(plan["library"]).st_mode & ~0o022)
-        with open(plan["done_marker"], "w") as marker:
-            marker.write(f"{plan['key']}\n{plan['folder']}\n")  # the folder it was built from
-    finally:
-        lock.release()
-
-
-def _compile(plan):
-    # Its import guesses a toolkit of its own and warns "No CUDA runtime is found"
-    # wherever no GPU is visible; the build line names the toolkit actually used.
-    logger = logging.getLogger("torch.utils.cpp_extension")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        from torch.utils import cpp_extension
-    finally:
-        logger.setLevel(level)
-
-    # cpp_extension reads the toolkit at its import and the architectures from
-    # the environment; point both at the plan for this build only.
-    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    toolkit, link_folders = plan["toolkit"], []
-    if plan["with_cuda"]:
-        cpp_extension.CUDA_HOME = toolkit["home"]
-        os.environ["TORCH_CUDA_ARCH_LIST"] = plan["archs"]
-    if toolkit and toolkit["cudart"]:  # -lcudart needs a libcudart.so: link one in
-        link_folders = [os.path.join(plan["directory"], "cudart")]
-        os.makedirs(link_folders[0], exist_ok=True)
-        if not os.path.lexists(os.path.join(link_folders[0], "libcudart.so")):
-            os.symlink(toolkit["cudart"], os.path.join(link_folders[0], "libcudart.so"))
-    cflags = ["-O2", *plan["cflags"]] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else [])
-    try:
+def build(plan):
+    """Compile and link plan["sources"] into plan["library"]; _build calls it under its lock."""
+    # _toolkit_for points cpp_extension at the plan's toolkit and architectures, not those it guesses.
+    with _toolkit_for(plan) as (cpp_extension, include_paths, link_flags):
         cpp_extension.load(
             name=plan["extension"],
             sources=[os.path.join(plan["folder"], name) for name in plan["sources"]],
-            extra_cflags=cflags,
-            # -lineinfo lets compute-sanitizer name kernel.cu's lines; no cost at run time.
+            # binding.cpp registers its CUDA implementation only where kernel.cu is built too.
+            extra_cflags=["-O2", *plan["cflags"]] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else []),
+            # -lineinfo lets compute-sanitizer name kernel.cu's lines, at no cost at run time.
             extra_cuda_cflags=["-O3", "-lineinfo"],
-            extra_include_paths=toolkit["include"] if toolkit else [],
-            extra_ldflags=[f"-L{folder}" for folder in link_folders],
+            extra_include_paths=include_paths,
+            extra_ldflags=link_flags,
             build_directory=plan["directory"],
-            is_python_module=False,
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = saved
+            # No Python module: binding.cpp's TORCH_LIBRARY blocks register the operators
+            # from static initialisers, which run as the library is loaded.
+            is_python_module=False)
+
+
+# ==== The machinery: what real machines need. A student need not read on. ====================
+import contextlib, filecmp, logging, pathlib, re, shutil, stat, subprocess  # noqa: E401, E402
+BUILD_LOCK_TIMEOUT_S = float(os.environ.get("DAY87_BUILD_LOCK_TIMEOUT_S", "900"))  # for another's build
+TOOLKIT_FIX = (f'pip install "cuda-toolkit[nvcc,cccl]=={torch.version.cuda}.*" (this torch\'s CUDA, into this '
+               "environment; op.py finds it there)" if int((torch.version.cuda or "0").split(".")[0]) >= 13 else
+               f"install the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it (PyPI's CUDA 12 wheels "
+               "carry ptxas but no nvcc)")
+
+
+def _say(message):  # stderr, flushed: seen in a terminal, a notebook cell and a CI log alike
+    print(f"day87: {message}", file=sys.stderr, flush=True)
+
+
+def architecture_list():  # as TORCH_CUDA_ARCH_LIST spells them, which wins where set
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():  # no card (CI): the T4 up
+        return os.environ.get("TORCH_CUDA_ARCH_LIST") or "7.5;8.0;8.6;8.9;9.0+PTX"
+    cards = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
+    return ";".join(f"{major}.{minor}" for major, minor in cards) + "+PTX"
+
+
+def find_toolkit():
+    """The CUDA toolkit to build with, or None, looked for in README's order (and for its reasons)."""
+    chosen, major = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"), torch.version.cuda.split(".")[0]
+    # pip's cuda-toolkit wheels: nvidia/cu13 (maybe in another site-packages), with no libcudart.so to link.
+    parts = []
+    with contextlib.suppress(ImportError):
+        import nvidia  # the namespace package that the wheels install into
+        parts = [] if chosen else [os.path.join(root, f"cu{major}") for root in nvidia.__path__]
+    if homes := [part for part in parts if os.path.exists(f"{part}/bin/nvcc")]:
+        cudart = (f"{part}/lib/libcudart.so.{major}" for part in parts)
+        return {"home": homes[0], "cudart": next(filter(os.path.exists, cudart), None),
+                "include": [f"{part}/include" for part in parts if os.path.isdir(f"{part}/include")]}
+    nvcc = shutil.which("nvcc")
+    for home in [chosen] if chosen else [
+            nvcc and os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]:
+        if home and os.path.exists(f"{home}/bin/nvcc") and os.path.exists(f"{home}/include/cuda_runtime.h"):
+            return {"home": home, "include": [], "cudart": None}
+    return None
+
+
+def nvcc_version_text(cuda_home):
+    return subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+@contextlib.contextmanager
+def _toolkit_for(plan):
+    """cpp_extension pointed at the plan's toolkit and architectures, and that toolkit's flags."""
+    # Its import warns "No CUDA runtime is found" where no GPU is; the build line says which toolkit.
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    disabled, logger.disabled = logger.disabled, True
+    from torch.utils import cpp_extension
+    logger.disabled = disabled
+    toolkit, link_flags = plan["toolkit"] or {"include": [], "cudart": None}, []
+    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if plan["with_cuda"]:
+        cpp_extension.CUDA_HOME = toolkit["home"]
+        os.environ["TORCH_CUDA_ARCH_LIST"] = plan["archs"]
+    if toolkit["cudart"]:  # -lcudart needs a libcudart.so: link one in
+        link = os.path.join(plan["directory"], "cudart", "libcudart.so")
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if not os.path.lexists(link):
+            os.symlink(toolkit["cudart"], link)
+        link_flags = [f"-L{os.path.dirname(link)}"]
+    try:
+        yield cpp_extension, toolkit["include"], link_flags
+    finally:  # the environment as it was
+        os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+        os.environ.update({} if saved is None else {"TORCH_CUDA_ARCH_LIST": saved})
+
+
+def _build(plan, check_more=None):
+    """build(plan), one process at a time, once refusals passed and a killed build's leftovers are gone."""
+    from filelock import FileLock, Timeout  # torch depends on filelock
+    directory = plan["directory"]
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)  # private to its owner
+        _refuse_unless_private(directory)
+        # An flock: the kernel releases it when its holder dies, so a killed build never blocks the next.
+        lock = FileLock(os.path.join(directory, "op.lock"))
+        try:
+            held = lock.acquire(timeout=0)
+        except Timeout:
+            _say(f"another process is building in {directory}; waiting for it")
+            held = lock.acquire(timeout=BUILD_LOCK_TIMEOUT_S)
+    except Timeout:
+        raise RuntimeError(f"day87: waited {BUILD_LOCK_TIMEOUT_S:.0f} s for the process that holds "
+                           f"{lock.lock_file} to finish its build. If no other Python process is building "
+                           "day87, delete that file and import again; DAY87_BUILD_LOCK_TIMEOUT_S sets the "
+                           "wait.") from None
+    except OSError as error:
+        raise RuntimeError(f"day87: cannot write the build cache {directory}: {error}. "
+                           "Set TORCH_EXTENSIONS_DIR to a writable folder.") from None
+    with held:
+        if os.path.exists(plan["done_marker"]):
+            return  # the process we waited for built it
+        if shutil.which("ninja") is None:
+            raise RuntimeError("day87: building the extension needs ninja, and none is on PATH. "
+                               "Fix: pip install ninja (it is in requirements.txt).")
+        if plan["with_cuda"]:  # a mismatched pair would build and then not load
+            found = re.search(r"release (\d+)\.(\d+)", text := nvcc_version_text(plan["cuda_home"]))
+            nvcc_major = found.group(1) if found else "unknown"
+            if nvcc_major != torch.version.cuda.split(".")[0]:
+                raise RuntimeError(
+                    f"day87: nvcc in {plan['cuda_home']} is CUDA {found.group(0) if found else text!r}, but "
+                    f"torch {torch.__version__} was built with CUDA {torch.version.cuda}. Their major versions "
+                    f"must match: an extension built by one cannot load beside the other. Fix: {TOOLKIT_FIX}; "
+                    f"or install a torch built for CUDA {nvcc_major}.x (the cu{nvcc_major}* index at "
+                    "https://download.pytorch.org/whl/).")
+            if check_more:
+                check_more(plan)
+        # cpp_extension's own lock file: as we hold op.lock, one here is a failed build's or a
+        # killed one's (on torch releases whose load() waits while it exists, forever).
+        stale_lock = os.path.join(directory, "lock")
+        if os.path.exists(plan["failed_marker"]):
+            _say(f"the last build in {directory} failed "
+                 f"({pathlib.Path(plan['failed_marker']).read_text().strip()}); building again")
+            os.remove(plan["failed_marker"])
+        elif os.path.exists(stale_lock):
+            _say(f"removing {stale_lock}, left by a build that was killed")
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(stale_lock)
+        what = (f"for sm {plan['archs']} with the toolkit in {plan['cuda_home']}" if plan["with_cuda"] else
+                f"CPU part only ({'no CUDA toolkit found' if torch.version.cuda else 'torch has no CUDA'})")
+        _say(f"building the extension {what} in {directory}; a first build takes tens of seconds")
+        try:
+            build(plan)
+        except (RuntimeError, OSError) as error:
+            first_error, message = _explain_build_failure(error, plan)
+            pathlib.Path(plan["failed_marker"]).write_text(first_error + "\n")  # the next import says so
+            raise RuntimeError(message) from None
+        # A umask of 002 would leave it group-writable, and the check before every load refuse it.
+        os.chmod(plan["library"], os.stat(plan["library"]).st_mode & ~0o022)
+        # Last: a library that a killed link left half-written has no marker, and is rebuilt.
+        pathlib.Path(plan["done_marker"]).write_text(f"{plan['key']}\n{plan['folder']}\n")  # built from
 
 
 def _explain_build_failure(error, plan):
-    """(the failure in one line, the message to raise) for an error out of
-    cpp_extension.load: a compiler's log ends with its first error, and a library
-    that does not load says which symbol, and why it is missing."""
+    """(the failure in one line, the message to raise) for an error out of build()."""
     text, cause = str(error), error.__cause__ or error.__context__
     while cause is not None:  # torch 2.14 wraps the loader's OSError in a RuntimeError
         text, cause = f"{text}\n{cause}", cause.__cause__ or cause.__context__
     missing = re.search(r"undefined symbol: (\S+)", text)
-    if missing:
-        return _explain_undefined_symbol(missing.group(1), plan)
-    first = _first_compiler_error(text)
-    return (first or "see the log", f"{text}\n\nday87: the build failed. Its first error"
-            + (f":\n    {first}" if first else " is in the log above") + "\nFix it and import again.")
-
-
-def _first_compiler_error(log):
-    """'kernel.cu:123: message' for the first error in a build log (gcc writes
-    file:line:column: error:, nvcc file(line): error:), or None."""
-    for line in log.splitlines():
-        found = re.match(r"\s*(\S+?)(?::(\d+)(?::\d+)?|\((\d+)\)):\s*(?:fatal )?error:?\s*(.*)", line)
-        if found:
-            return f"{os.path.basename(found[1])}:{found[2] or found[3]}: {found[4]}"
-    return next((line.strip() for line in log.splitlines() if re.search(r"\berror\b", line)), None)
-
-
-def _explain_undefined_symbol(symbol, plan):
-    """A library that links and then does not load: one message, in C++'s words."""
-    demangled = symbol
+    if not missing:  # a compiler's log
+        first = first_compiler_error(text)
+        return (first or "see the log", f"{text}\n\nday87: the build failed. Its first error"
+                + (f":\n    {first}" if first else " is in the log above") + "\nFix it and import again.")
+    # A library that links and then does not load: one message, in C++'s words.
+    symbol = missing.group(1)
     if shutil.which("c++filt"):  # binutils, beside the compiler that built the library
-        demangled = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
+        symbol = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
     # A free function's mangled name is _Z, its name's length, its name: "_Z14launchWmmaGemm...".
-    mangled = re.match(r"_Z(\d+)", demangled)
-    function = (demangled[len(mangled[0]):len(mangled[0]) + int(mangled[1])] if mangled
-                else re.match(r"[\w:]+", demangled).group(0).split("::")[-1])
-    # The build's own sources, and the files they include: the lesson's two in a build
-    # that includes them (another folder's kernel.cu and binding.cpp do).
+    mangled = re.match(r"_Z(\d+)", symbol)
+    function = (symbol[len(mangled[0]):len(mangled[0]) + int(mangled[1])] if mangled
+                else re.match(r"[\w:]+", symbol).group(0).split("::")[-1])
+    # Named in two of the build's files (or of the lesson's, which another folder's include): ours.
     paths = [os.path.join(plan["folder"], name) for name in plan["sources"]] + list(plan["depends"])
-    naming = [path for path in paths if function in _text(path)]
-    if len(naming) < 2:  # not one of this folder's functions: another libtorch's
-        return (f"undefined symbol {demangled}", (
-            f"day87: the library built but does not load: undefined symbol {demangled}. It was linked "
-            f"against another libtorch than the one this interpreter loaded (torch {torch.__version__} "
-            f"from {os.path.dirname(torch.__file__)}). Fix: build and import from the same environment."))
-    return (f"undefined symbol {demangled}", (
-        f"day87: the library built but does not load: nothing defines {demangled}. binding.cpp "
-        f"declares {function} near its top and kernel.cu defines it: the two must have the same "
-        "parameter types in the same order, or the call links to a function that does not exist. "
-        f"Fix: make binding.cpp's declaration of {function} match its definition in kernel.cu "
-        f"(in {plan['folder']})."))
+    ours = sum(function in pathlib.Path(path).read_text() for path in paths) >= 2
+    return (f"undefined symbol {symbol}", "day87: the library built but does not load: " + (
+        f"nothing defines {symbol}. binding.cpp declares {function} near its top and kernel.cu defines "
+        "it: the two must have the same parameter types in the same order, or the call links to a "
+        f"function that does not exist. Fix: make binding.cpp's declaration of {function} match its "
+        f"definition in kernel.cu (in {plan['folder']})." if ours else
+        f"undefined symbol {symbol}. It was linked against another libtorch than the one this "
+        f"interpreter loaded (torch {torch.__version__} from {os.path.dirname(torch.__file__)}). "
+        "Fix: build and import from the same environment."))
+
+
+def first_compiler_error(log):
+    """'kernel.cu:123: message' for a build log's first error (gcc's file:line:column:, nvcc's file(line):)."""
+    error = re.compile(r"\s*(\S+?)(?::(\d+)(?::\d+)?|\((\d+)\)):\s*(?:fatal )?error:?\s*(.*)")
+    found = next(filter(None, map(error.match, log.splitlines())), None)
+    return (f"{os.path.basename(found[1])}:{found[2] or found[3]}: {found[4]}" if found else
+            next((line.strip() for line in log.splitlines() if re.search(r"\berror\b", line)), None))
 
 
 def _refuse_unless_private(*paths):
-    """A library is code this process will run: refuse a build folder, or a file
-    in it, that another user owns or could have written (a shared cache in /tmp,
-    say), and a cache folder where others could swap the build folder."""
-    cache_root = os.path.dirname(paths[0])
-    mode = os.stat(cache_root).st_mode
+    """A library is code this process will run: refuse one that others own, could write or swap."""
+    mode = os.stat(cache_root := os.path.dirname(paths[0])).st_mode
     problems = [f"{cache_root} is writable by others and not sticky"] if (
         mode & stat.S_IWOTH and not mode & stat.S_ISVTX) else []
     for path in filter(os.path.exists, paths):
@@ -450,68 +362,49 @@ def _refuse_unless_private(*paths):
                            "own (the default, ~/.cache/torch_extensions, is one), or delete that folder.")
 
 
-def _text(path):
-    with open(path) as file:
-        return file.read()
-
-
-def _refuse_second_library(namespace, module_file, what_differs):
-    # registered_by is the file whose import registered the namespace in this process
-    # (see register_once): the one a user imported, whichever folder built the cached
-    # library it loaded.
-    served_by = getattr(getattr(torch.ops, namespace), "registered_by", "a module imported earlier")
-    raise RuntimeError(
-        f"day87: torch.ops.{namespace} is already served in this process by {served_by}. The "
-        f"module being imported, {module_file}, is not the same ({what_differs}), and a process "
-        f"holds one {namespace} namespace. "
-        "Fix: restart the Python process (the notebook kernel) and import one of them; to "
-        "compare two lessons in one process, give the next one's namespace a name of its own.")
-
-
 def load_extension(module_file, check_more=None, **extension):
-    """Load an extension once per process, building it first where needed, and
-    return its build plan. `extension` is build_plan's arguments (the lesson's by
-    default); `module_file` is the Python file that registers its fake and backward;
-    check_more(plan), where given, runs after the toolchain checks before a build."""
+    """Load an extension, built first where needed, once per process; return its plan. `module_file`
+    registers its fake and backward; check_more(plan) refuses more before a build; `extension`: build_plan's."""
     plan = build_plan(**extension)
-    namespace = plan["namespace"]
+    namespace, library = plan["namespace"], plan["library"]
     loaded = [path for path in torch.ops.loaded_libraries
-              if os.path.basename(path) == os.path.basename(plan["library"])]
-    # A process holds one library per namespace: a second one registering it would
-    # abort the interpreter, and a second fake or backward is refused.
-    if loaded and loaded[0] != plan["library"]:
-        _refuse_second_library(namespace, module_file,
-                               f"its sources differ from those of the loaded library {loaded[0]}: "
-                               f"it needs {plan['library']}")
-    registered_by = getattr(getattr(torch.ops, namespace), "registered_by", module_file)
-    if registered_by != module_file and _text(registered_by) != _text(module_file):
-        _refuse_second_library(namespace, module_file,
-                               f"its {os.path.basename(module_file)} differs, and with it the fake "
-                               "and the backward")
+              if os.path.basename(path) == os.path.basename(library)]
+    # One library per namespace in a process: a second registering it would abort the interpreter, and a
+    # second fake or backward is refused. served_by is register_once's: the file imported, not the builder.
+    served_by, differs = getattr(getattr(torch.ops, namespace), "registered_by", None), None
+    if loaded and loaded[0] != library:
+        differs = f"its sources differ from those of the loaded library {loaded[0]}: it needs {library}"
+    elif served_by not in (None, module_file) and not filecmp.cmp(served_by, module_file, shallow=False):
+        differs = f"its {os.path.basename(module_file)} differs, and with it the fake and the backward"
+    if differs:
+        raise RuntimeError(
+            f"day87: torch.ops.{namespace} is already served in this process by "
+            f"{served_by or 'a module imported earlier'}. The module being imported, {module_file}, is not the "
+            f"same ({differs}), and a process holds one {namespace} namespace. Fix: restart the Python process "
+            "(the notebook kernel) and import one of them; to compare two lessons in one process, give the "
+            "next one's namespace a name of its own.")
     if loaded:
         return plan  # a reload, or a copy of identical sources: the same library
     if torch.version.cuda and not plan["with_cuda"]:
         chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
         where = (f"CUDA_HOME={chosen} holds no bin/nvcc and include/cuda_runtime.h" if chosen else
                  "no CUDA_HOME, no cuda-toolkit wheels, no nvcc on PATH, no /usr/local/cuda")
-        _say(f"no CUDA toolkit found ({where}): only the CPU implementation is built, and "
-             f"calls on CUDA tensors will fail. Fix: {_toolkit_fix()}")
+        _say(f"no CUDA toolkit found ({where}): only the CPU implementation is built, and calls on "
+             f"CUDA tensors will fail. Fix: {TOOLKIT_FIX}")
     if not os.path.exists(plan["done_marker"]):
         _build(plan, check_more)
-    _refuse_unless_private(plan["directory"], plan["library"], plan["done_marker"])
+    _refuse_unless_private(plan["directory"], library, plan["done_marker"])
     try:
-        torch.ops.load_library(plan["library"])
+        torch.ops.load_library(library)
     except OSError as error:
-        raise RuntimeError(f"day87: cannot load {plan['library']} ({error}). The build there is "
-                           f"damaged; delete {plan['directory']} and import again to rebuild it.") from None
+        raise RuntimeError(f"day87: cannot load {library} ({error}). The build there is damaged; "
+                           f"delete {plan['directory']} and import again to rebuild it.") from None
     return plan
 
 
 def register_once(namespace, module_file, register, previous):
-    """register() (the module's Python registrations, owned by the Library it
-    returns) where module_file is the first in this process to serve namespace;
-    None where an identical copy already did. `previous`: this module's Library
-    from before an importlib.reload, dropped first."""
+    """register()'s Library where module_file is the first in this process to serve namespace, else None
+    (an identical copy did). `previous`: this module's Library from before a reload, dropped first."""
     if isinstance(previous, torch.library.Library):
         previous._destroy()
     operators = getattr(torch.ops, namespace)

@@ -437,10 +437,12 @@ def exercise_forward(operator, bias_op):
         a, b, bias = fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), fresh(n, dtype=torch.float64)
         try:
             c = bias_op(a, b, bias)
-        except Exception as error:  # NotImplementedError: the dispatcher found no CPU kernel
-            raise raised(operator, f"{m}x{k}x{n}: the forward", error, HINT.format(1) if not isinstance(
-                error, NotImplementedError) else "No CPU implementation: binding.cpp's TORCH_LIBRARY_IMPL(day87, "
-                "CPU, m) needs an m.impl whose name is spelt as in the schema.") from None
+        except NotImplementedError as error:  # the dispatcher found no CPU kernel
+            raise raised(operator, f"{m}x{k}x{n}: the forward", error, "No CPU implementation: binding.cpp's "
+                         "TORCH_LIBRARY_IMPL(day87, CPU, m) needs an m.impl spelt as in the schema.") from None
+        except Exception as error:  # Hint 1 where the bias did not broadcast
+            broadcast = re.search(r"size of tensor|shape|broadcast", str(error))
+            raise raised(operator, f"{m}x{k}x{n}: the forward", error, broadcast and HINT.format(1)) from None
         problem = forward_problem(c, a, b, bias, f"{m}x{k}x{n}")  # error_ratio names a wrong shape
         require(problem is None, f"{problem}\n{HINT.format(1)}")
     return "a @ b + bias at 3x4x5 and 5x4x5"
@@ -906,7 +908,7 @@ def check_gate_compiles(operator):
     if not os.path.exists(gate):
         os.makedirs(os.path.dirname(gate), exist_ok=True)
         built = subprocess.run([nvcc, "-O0", "-arch=sm_75", "-o", gate, sources[0]], capture_output=True, text=True)
-        require(built.returncode == 0, f"gate.cu does not compile: {op._first_compiler_error(built.stderr)}")
+        require(built.returncode == 0, f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}")
     return "gate.cu compiles, for sm_75 at -O0"
 
 

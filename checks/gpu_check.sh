@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh: every GPU-side check of the lesson, on one machine, in three parts
+# gpu_check.sh: every GPU-side check of the lesson, on one machine, in four parts
 # that each run on their own.
 #
 #   bash checks/gpu_check.sh lesson OUT      # gate, harness with and without the GPU,
@@ -7,9 +7,10 @@
 #                                            # (OUT/bands.svg), ncu on the kernel, row 11
 #                                            # against a binding that synchronizes
 #   bash checks/gpu_check.sh answer-key OUT  # a solved copy (checks/solved.py): the gate
-#                                            # with its bias cases and compute-sanitizer,
-#                                            # harness (check 6's CUDA rows), self-test,
-#                                            # the exercise's mistakes that a GPU shows
+#                                            # and compute-sanitizer, harness (check 6's
+#                                            # CUDA rows), the bias through torch under
+#                                            # memcheck, self-test
+#   bash checks/gpu_check.sh mistakes OUT    # the exercise's mistakes that a GPU shows
 #   bash checks/gpu_check.sh builds OUT      # compute-sanitizer on the gate and through
 #                                            # torch; the compute_75 PTX path (the T4's
 #                                            # code, JIT-compiled): gate and harness; pip's
@@ -23,8 +24,8 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    lesson | answer-key | builds) [ -n "$out" ] || { echo "usage: bash checks/gpu_check.sh $part OUT" >&2; exit 2; } ;;
-    *) echo "usage: bash checks/gpu_check.sh lesson|answer-key|builds OUT" >&2; exit 2 ;;
+    lesson | answer-key | mistakes | builds) [ -n "$out" ] || { echo "usage: bash checks/gpu_check.sh $part OUT" >&2; exit 2; } ;;
+    *) echo "usage: bash checks/gpu_check.sh lesson|answer-key|mistakes|builds OUT" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."   # the lesson's folder
 mkdir -p "$out"
@@ -110,9 +111,12 @@ print("driver: wmma_mm_bias and wmma_mm (no bias: nullptr), forward and backward
     step key-sanitize-torch-memcheck bash -c 'cd "$1" && compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$2"' \
         _ "$solved" "$key_driver"
     step key-self-test bash -c "cd $solved && python3 checks/self_test.py"
-    step student-mistakes python3 checks/student_mistakes.py --on-gpu
     unset TORCH_EXTENSIONS_DIR
     rm -rf "$(dirname "$solved")" "$out"/cache-solved
+fi
+
+if [ "$part" = mistakes ]; then
+    step student-mistakes python3 checks/student_mistakes.py --on-gpu
 fi
 
 if [ "$part" = builds ]; then

@@ -297,8 +297,8 @@ EXERCISE_CASES = {
     "a wrapper that drops the bias": (_correct_forward, _sum, _correct_fake, {"wrapper"}),
     # Wrong on CUDA alone, where the refusals are asked of the CUDA implementation. A
     # CUDA bias beside CPU float64 a and b reaches it, and a and b's rules blame them.
-    "bias's device checked after a and b": (_device_checked_after_a_and_b, _sum, _correct_fake, {"contract"}),
-    "a copy of the bias checked, the strided bias read": (_reads_the_strided_bias, _sum, _correct_fake,
+    "bias's device after a and b's (CUDA)": (_device_checked_after_a_and_b, _sum, _correct_fake, {"contract"}),
+    "a copy checked, the strided bias read": (_reads_the_strided_bias, _sum, _correct_fake,
                                                           {"contract"}),
 }
 
@@ -307,8 +307,8 @@ EXERCISE_CASES = {
 CASE_WRAPPERS = {"a wrapper that drops the bias": lambda a, b, bias: _mm(a, b)}
 
 # Questions a case fails only where the CUDA implementation runs.
-ON_CUDA_ONLY = {"bias's device checked after a and b": {"contract"},
-                "a copy of the bias checked, the strided bias read": {"contract"}}
+ON_CUDA_ONLY = {"bias's device after a and b's (CUDA)": {"contract"},
+                "a copy checked, the strided bias read": {"contract"}}
 
 # What a failing row must say for a case: what it saw, and the hint that applies.
 # None of them states the gradient's formula.
@@ -321,9 +321,9 @@ CAUSES = {("grad_bias over the wrong axis", "gradient"): ["has shape [6] for a b
           ("bias added twice", "forward"): ["a @ b + 2 * bias", "Hint 1"],
           ("bias added twice", "gradient"): ["d out[", "/d bias["],
           ("bias added twice", "cuda forward"): ["a @ b + 2 * bias"],
-          ("bias's device checked after a and b", "contract"): [
+          ("bias's device after a and b's (CUDA)", "contract"): [
               "a CUDA bias beside CPU a and b in float64 (cuda, in a child process): raised, but not naming the bias"],
-          ("a copy of the bias checked, the strided bias read", "contract"): [
+          ("a copy checked, the strided bias read", "contract"): [
               "a strided bias (every second value) (cuda): the call returned a wrong answer"]}
 
 
