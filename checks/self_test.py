@@ -130,6 +130,28 @@ def wrong_variants():
     }
 
 
+def must_fail_rows(cases, variants, library, operator):
+    """A table row per (row, its check given an Operator, the wrong variant it must fail
+    on): the row passes only when the check fails on `operator` called through the variant."""
+    rows = []
+    for row, check, variant in cases:
+        # `library` rides along in each closure: the wrong operators live only as
+        # long as the Library object that registered them.
+        def caught(check=check, variant=variant, library=library):
+            try:
+                with warnings.catch_warnings():  # the variants' own deprecation warnings
+                    warnings.simplefilter("ignore")
+                    check(operator.with_wrapper(variants[variant]))
+            except Skip:
+                raise
+            except Exception as error:  # Fail, or the variant's own error: caught either way
+                return f"caught: {str(error).splitlines()[0][:110]}"
+            raise Fail(f"the row passed against the wrong variant '{variant}'")
+
+        rows.append((row, f"must fail: {variant}", caught))
+    return rows
+
+
 def prove_rows():
     library, variants = wrong_variants()
     # (row, its check given an Operator, the wrong variant it must fail on)
@@ -160,22 +182,7 @@ def prove_rows():
         # state, and every later torch.randn on the GPU in this process raises.
         ("16 CUDA graph", hardening.check_cuda_graph, "reads the output back (sync)"),
     ]
-    rows = []
-    for row, check, variant in cases:
-        # `library` rides along in each closure: the wrong operators live only as
-        # long as the Library object that registered them.
-        def caught(check=check, variant=variant, library=library):
-            try:
-                with warnings.catch_warnings():  # the variants' own deprecation warnings
-                    warnings.simplefilter("ignore")
-                    check(test_op.LESSON.with_wrapper(variants[variant]))
-            except Skip:
-                raise
-            except Exception as error:  # Fail, or the variant's own error: caught either way
-                return f"caught: {str(error).splitlines()[0][:110]}"
-            raise Fail(f"the row passed against the wrong variant '{variant}'")
-
-        rows.append((f"{row}", f"must fail: {variant}", caught))
+    rows = must_fail_rows(cases, variants, library, test_op.LESSON)
     def fuzz_catches(variant="copies non-contiguous inputs", calls=300):
         from fuzz import fuzz_one
         devices = ["cpu"] if test_op.why_no_kernel() else ["cpu", "cuda"]

@@ -17,7 +17,6 @@ every row skips; the exit status is 1 if any row failed.
 import math
 import os
 import sys
-import warnings
 
 FAST_FOLDER = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [FAST_FOLDER, os.path.dirname(FAST_FOLDER)]  # test_fast.py, and the lesson's op.py and test_op.py
@@ -29,6 +28,7 @@ import test_op  # noqa: E402
 from scaled_backward_checks import SCALED_BACKWARD_ROW, check_scaled_backward_accuracy  # noqa: E402
 from test_fast import FAST  # noqa: E402  (it puts checks/ on the path, for hardening.py)
 import hardening  # noqa: E402
+from self_test import must_fail_rows  # noqa: E402
 
 
 def products(ctx, half_grad, scale):
@@ -128,23 +128,7 @@ def prove_rows():
         # state, and every later torch.randn on the GPU in this process raises.
         ("16 CUDA graph", hardening.check_cuda_graph, "backward keeps its first scale"),
     ]
-    rows = []
-    for row, check, variant in cases:
-        # `library` rides along in each closure: the wrong operators live only as
-        # long as the Library object that registered them.
-        def caught(check=check, variant=variant, library=library):
-            try:
-                with warnings.catch_warnings():  # the variants' own deprecation warnings
-                    warnings.simplefilter("ignore")
-                    check(FAST.with_wrapper(variants[variant]))
-            except test_op.Skip:
-                raise
-            except Exception as error:  # Fail, or the variant's own error: caught either way
-                return f"caught: {str(error).splitlines()[0][:110]}"
-            raise test_op.Fail(f"the row passed against the wrong variant '{variant}'")
-
-        rows.append((row, f"must fail: {variant}", caught))
-    return rows
+    return must_fail_rows(cases, variants, library, FAST)
 
 
 def main():
