@@ -7,7 +7,7 @@ Each row prints pass, FAIL or skip with its reason; the last line is
 Checks 1 to 6 are the lesson's; 7 to 13 prove the rest of what it promises; 14
 compiles gate.cu. Without a GPU the CUDA rows skip, the CPU rows still run, and the
 line before the last says that the kernel was not run. checks/self_test.py runs
-every row against a deliberately wrong operator and requires each to fail;
+the rows against deliberately wrong operators and requires each to fail;
 checks/hardening.py holds what the operator supports beyond the lesson.
 
 Every check takes the operator under test (an Operator, below): the lesson's
@@ -298,38 +298,22 @@ def forward_on_gpu(mm, m, n, k, bias=False):
     torch.cuda.synchronize()
     require(c.dtype == torch.float32 and c.device == a.device,
             f"output is {c.dtype} on {c.device}, expected torch.float32 on {a.device}")
-    ratio = error_ratio(c, a, b, extra)
-    require(ratio <= 1.0, forward_problem(c, a, b, extra, f"{m}x{n}x{k}") if bias else
-            f"error is {100 * ratio:.1f}% of the bound")
-    return f"{100 * ratio:.1f}% of bound"
+    problem = forward_problem(c, a, b, extra, f"{m}x{n}x{k}")
+    require(problem is None, problem)
+    return f"{100 * error_ratio(c, a, b, extra):.1f}% of bound"
 
 
 def forward_problem(c, a, b, bias, shape):
-    """None where c is a @ b + bias within the bound; else what c equals, where the
-    grader knows the form, and the worst entry."""
-    if error_ratio(c, a, b, bias) <= 1.0:
+    """None where c is a @ b (+ bias) within the bound; else the error and the worst
+    entry, and with a bias what c equals where check 6 knows the form."""
+    ratio = error_ratio(c, a, b, bias)
+    if ratio <= 1.0:
         return None
-    within = lambda extra: error_ratio(c, a, b, extra) <= 1.0  # noqa: E731
-    a64, b64, bias64 = (t.detach().double().cpu() for t in (a, b, bias))
-    offset, equals = c.detach().double().cpu() - a64 @ b64, "not a @ b + bias"
-    times = round((offset.mean(0) @ bias64 / (bias64 @ bias64)).nan_to_num().item())
-    if not torch.isfinite(offset).all():
-        equals = "not finite: NaN or inf, an element unwritten or read from beyond the bias"
-    elif within(torch.zeros_like(bias64)):
-        equals = "a @ b: the bias is missing"
-    elif times >= 2 and within(times * bias64):
-        steps = f"; K = {a.shape[1]} is {times} steps of {a.shape[1] // times}" if times > 2 else ""
-        equals = f"a @ b + {times} * bias: the bias is added {times} times{steps}"
-    elif c.shape[0] <= bias64.shape[0] and within(bias64[:c.shape[0]].unsqueeze(1)):
-        equals = "a @ b with bias[i] added to row i: the bias is indexed by the output's row"
-    elif within(offset[0]):  # one value per column, as a bias is, but not the right ones
-        read = [(bias64 - value).abs().argmin().item() for value in offset[0]]
-        if within(bias64[read]):
-            equals = "a @ b + a bias read from other columns: " + ", ".join(
-                f"column {j} got bias[{i}]" for j, i in enumerate(read) if i != j)[:160]
-    expected = a64 @ b64 + bias64
+    expected = a.detach().double().cpu() @ b.detach().double().cpu()
+    expected = expected if bias is None else expected + bias.detach().double().cpu()
     i, j = divmod(((c.detach().double().cpu() - expected).abs() / (expected.abs() + 1)).argmax().item(), c.shape[1])
-    return (f"{shape}: the output is {equals} ({error_ratio(c, a, b, bias):.3g} x the bound); "
+    equals = "" if bias is None else f"the output is {what_the_output_equals(c, a, b, bias)}; "
+    return (f"{shape}: {equals}error is {100 * ratio:.3g}% of the bound; "
             f"out[{i}][{j}] = {c[i, j].item():.6g}, expected {expected[i, j]:.6g}")
 
 
@@ -385,19 +369,17 @@ def check_gradcheck_rejects(operator):
 # Check 6: the exercise, wmma_mm_bias
 # ---------------------------------------------------------------------------
 def exercise_rows(operator=LESSON):
-    """Check 6 grades operator.bias_op (this namespace's wmma_mm_bias, or the wrong
-    ones checks/self_test.py hands it); one row skips until there is one. The
-    lesson's three questions in float64 on the CPU: the forward against a @ b + bias
-    at M != N and M == N (where a bias along the wrong axis raises, and where it
-    adds wrong values); the gradient (a backward registered, the Jacobians of a, b
-    and bias against central differences, and grad_bias for one random grad against
-    float64, since gradcheck's one-hot grads round exactly in FP16); the fake's
-    shape and dtype. Beside them: the wrapper and the schema's argument names; each
-    bias the README says to refuse, refused naming the bias on the CPU, under the
-    fake and on a GPU by the CUDA implementation (calls that can fault run in child
-    processes); on a GPU, the kernel with a bias and the gradients through it. A
-    failing row says what it saw (a shape, entries, a dtype, what the output equals)
-    and where, and which hint applies; no row states the gradient's formula."""
+    """Check 6 grades operator.bias_op (this namespace's wmma_mm_bias, or checks/self_test.py's
+    wrong ones); one row skips until there is one. The lesson's three questions in float64
+    on the CPU: the forward against a @ b + bias at M != N and M == N (a bias along the
+    wrong axis raises at one, adds wrong values at the other); the gradient (a backward
+    registered, Jacobians against central differences, and grad_bias as the backward
+    returns it for one random grad against float64: gradcheck's one-hot grads round
+    exactly in FP16); the fake's shape and dtype. Beside them: the wrapper and schema;
+    each bias the README says to refuse, refused naming the bias on the CPU, under the
+    fake and by the CUDA implementation (calls that can fault in child processes); on a
+    GPU, the kernel with a bias and the gradients through it. A failing row says what it
+    saw and where, and which hint applies; no row states the gradient's formula."""
     bias_op = operator.bias_op
     if bias_op is None:
         return [("6 exercise: wmma_mm_bias", f"torch.ops.{operator.namespace}.wmma_mm_bias", no_exercise_yet)]
@@ -417,19 +399,40 @@ def no_exercise_yet():
 
 
 HINT = "Hint {} in README.md's exercise applies."
-NO_FAKE = ("no fake implementation is registered for {name}: torch.compile cannot trace it and splits the "
-           "graph there (the lesson's pitfall 'torch.compile gets slower'); {file}'s _register needs register_fake")
+NO_FAKE = ("no fake implementation is registered for {name}: torch.compile splits the graph there (the "
+           "lesson's pitfall 'torch.compile gets slower'); {file}'s _register needs register_fake")
 
 
 def raised(operator, what, error, hint=""):
-    """A failure for an exception from the student's code: its type, first line, and
-    the innermost line of the operator's folder it passed through (not this file)."""
+    """A failure for an exception: its type, first line, and its innermost line in the operator's folder."""
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if os.path.dirname(os.path.abspath(frame.filename)) == operator.folder
               and os.path.abspath(frame.filename) != os.path.abspath(__file__)]
     where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}, in {frames[-1].name}" if frames else ""
     return Fail(f"{what} raised {type(error).__name__}{where}: {(str(error).splitlines() or [''])[0][:300]}"
                 + (f"\n{hint}" if hint else ""))
+
+
+def what_the_output_equals(c, a, b, bias):
+    """For a wrong forward with a bias: what c equals, where it is a likely kernel mistake."""
+    within = lambda extra: error_ratio(c, a, b, extra) <= 1.0  # noqa: E731
+    bias64 = bias.detach().double().cpu()
+    offset = c.detach().double().cpu() - a.detach().double().cpu() @ b.detach().double().cpu()
+    times = round((offset.mean(0) @ bias64 / (bias64 @ bias64)).nan_to_num().item())
+    if not torch.isfinite(offset).all():
+        return "not finite: NaN or inf, an element unwritten or read from beyond the bias"
+    if within(torch.zeros_like(bias64)):
+        return "a @ b: the bias is missing"
+    if times >= 2 and within(times * bias64):
+        steps = f"; K = {a.shape[1]} is {times} steps of {a.shape[1] // times}" if times > 2 else ""
+        return f"a @ b + {times} * bias: the bias is added {times} times{steps}"
+    if c.shape[0] <= bias64.shape[0] and within(bias64[:c.shape[0]].unsqueeze(1)):
+        return "a @ b with bias[i] added to row i: the bias is indexed by the output's row"
+    read = [(bias64 - value).abs().argmin().item() for value in offset[0]]  # one value per column, other ones
+    if within(offset[0]) and within(bias64[read]):
+        return "a @ b + a bias read from other columns: " + ", ".join(
+            f"column {j} got bias[{i}]" for j, i in enumerate(read) if i != j)[:160]
+    return "not a @ b + bias"
 
 
 def exercise_forward(operator, bias_op):
@@ -444,43 +447,39 @@ def exercise_forward(operator, bias_op):
             broadcast = re.search(r"size of (the )?tensor|expanded size|shape|broadcast", str(error))
             raise raised(operator, f"{m}x{k}x{n}: the forward", error, broadcast and HINT.format(1)) from None
         problem = forward_problem(c, a, b, bias, f"{m}x{k}x{n}")  # error_ratio names a wrong shape
-        require(problem is None, f"{problem}\n{HINT.format(1)}")
+        require(problem is None, f"{problem}\n{HINT.format(1)}" if "the output's row" in str(problem) else problem)
     return "a @ b + bias at 3x4x5 and 5x4x5"
 
 
 def bias_gradient_problem(bias_op):
-    """grad_bias for one random grad at 6x3x4 (M != N) against float64: None where it
-    agrees to float64's rounding, else the shape, entries or precision seen."""
-    m, k, n = 6, 3, 4
-    bias, grad = fresh(n, dtype=torch.float64, requires_grad=True), fresh(m, n, dtype=torch.float64)
+    """grad_bias for a random grad at 6x3x4 as the backward returns it (autograd would sum a
+    larger one to the bias's shape) against float64 addmm: None where it agrees."""
+    a, b, grad, bias = (fresh(*shape, dtype=torch.float64) for shape in ((6, 3), (3, 4), (6, 4), (4,)))
+    (m, n), bias = grad.shape, bias.requires_grad_()
     try:
-        out = bias_op(fresh(m, k, dtype=torch.float64), fresh(k, n, dtype=torch.float64), bias)
+        out = bias_op(a, b, bias)
     except Exception:  # a forward that cannot run at M != N: the forward row names it
         return None
-    try:
-        (got,) = torch.autograd.grad(out, bias, grad, allow_unused=True)
-    except RuntimeError as error:  # autograd checks the shape the backward returned
-        shape = re.search(r"invalid gradient at index 2 - got \[([\d, ]*)\]", str(error))
-        if not shape:
-            raise
-        return (f"grad_bias has shape [{shape.group(1)}] for a bias of shape [{n}], from a {m}x{n} grad. "
-                + HINT.format(1))
+    got = out.grad_fn.apply(grad)[2]  # the registered backward's own gradient for the bias
     if got is None:
         return f"grad_bias is None: the backward returns no gradient for the bias. {HINT.format(2)}"
-    expected = torch.ones(m, dtype=torch.float64) @ grad  # exact to float64's rounding
-    relative = ((got.double() - expected).abs() / expected.abs()).max().item()
-    if relative <= 1e-12:
+    if tuple(got.shape) != (n,):
+        return f"grad_bias has shape {list(got.shape)} for a bias of shape [{n}], from a {m}x{n} grad. " + HINT.format(1)
+    wide = bias.detach().clone().requires_grad_()
+    expected, scale = (torch.autograd.grad(torch.addmm(wide, a, b), wide, g)[0] for g in (grad, grad.abs()))
+    error = ((got.double() - expected).abs() / scale).max().item()
+    if error <= 2.0**-20:  # float32's rounding (2^-24) passes; FP16's (2^-11) does not
         return None
-    if relative <= 2.0**-10:
-        return (f"grad_bias agrees with float64 only to {relative:.1e}, FP16's precision (2^-11 = 4.9e-04): it "
-                "passed through FP16 (autograd casts it back to the bias's dtype), where a value past 65504 is inf. "
-                "Keep it in grad's dtype.")
+    if error <= 2.0**-10:
+        return (f"grad_bias agrees with float64 only to {error:.1e} of its scale, FP16's precision (2^-11 = "
+                "4.9e-04): it passed through FP16 (autograd casts it back to the bias's dtype), where a value "
+                "past 65504 is inf. Keep it in grad's dtype.")
     entries = "; ".join(f"grad_bias[{j}]: got {got[j].item():.6g}, expected {expected[j].item():.6g}" for j in range(n))
     return f"from a {m}x{n} grad, {entries}. {HINT.format(2)}"
 
 
 def exercise_gradient(operator, bias_op):
-    inputs = [fresh(*shape, dtype=torch.float64, requires_grad=True) for shape in ((3, 4), (4, 5), (5,))]
+    inputs = [t.requires_grad_() for t in forward_or_skip(bias_op)[:3]]
     registration = torch.library.opcheck(bias_op.default, tuple(inputs), raise_exception=False,
                                          test_utils=("test_autograd_registration",))["test_autograd_registration"]
     require(registration == "SUCCESS",
@@ -501,8 +500,7 @@ def exercise_gradient(operator, bias_op):
 
 
 def exercise_fake(operator, bias_op):
-    # On fake CUDA tensors (no GPU needed): float64 in is float64 out on the CPU, so a
-    # fake that returns the input's dtype passes opcheck there.
+    # Fake CUDA tensors, no GPU needed: on the CPU a fake that returns the input's dtype passes.
     m, k, n = 2 * op.TILE_M, 3 * op.TILE_K, 3 * op.TILE_N
     seen = f"fake CUDA tensors ({m}x{k} @ {k}x{n} torch.float16, bias {n} torch.float32)"
     try:
@@ -524,8 +522,7 @@ def exercise_fake(operator, bias_op):
 
 
 def forward_or_skip(bias_op):
-    """Inputs at 3x4x5 and the operator's output, for a row that compares something
-    with it; a skip where the forward raises (the forward row says where)."""
+    """Inputs at 3x4x5 and the output; a skip where the forward raises (the forward row says where)."""
     a, b, bias = fresh(3, 4, dtype=torch.float64), fresh(4, 5, dtype=torch.float64), fresh(5, dtype=torch.float64)
     try:
         return a, b, bias, bias_op(a, b, bias)
@@ -583,11 +580,11 @@ def exercise_contract(operator, bias_op):
             raise Fail(NO_FAKE.format(name=bias_op._qualified_op_name, file=operator.python_name)) from None
         except Exception as error:
             return named(what, (str(error).splitlines() or [""])[0])
-        return None if right and right(c) else f"{what}: the call returned {'a wrong answer ' * bool(right)}" \
-                                               "instead of raising"
+        wrong = "a wrong answer " if right else ""
+        return None if right and right(c) else f"{what}: the call returned {wrong}instead of raising"
 
-    m, k, n = 256, 2 * op.TILE_K, op.TILE_N
-    asked, problems = [], []
+    forward_or_skip(bias_op)
+    m, k, n, problems = 256, 2 * op.TILE_K, op.TILE_N, []
     for device, dtype, bias_dtype, other in [("cpu", torch.float64, torch.float64, torch.float32)] + (
             [] if why_no_kernel(operator) else [("cuda", torch.half, torch.float32, torch.float64)]):
         a, b = fresh(m, k, dtype=dtype, device=device), fresh(k, n, dtype=dtype, device=device)
@@ -598,13 +595,11 @@ def exercise_contract(operator, bias_op):
                      ask(f"a {other} bias ({device})", a, b, fresh(n, dtype=other, device=device)),
                      ask(f"a strided bias (every second value) ({device})", a, b, strided,
                          right=lambda c: error_ratio(c, a, b, strided) <= 1.0)]
-        asked.append(f"4 {device}")
     with FakeTensorMode():  # no GPU needed
         a, b = torch.empty(m, k, dtype=torch.half, device="cuda"), torch.empty(k, n, dtype=torch.half, device="cuda")
         problems += [ask(f"{what} (fake cuda)", a, b, bias) for what, bias in (
             ("a CPU bias", torch.empty(n)), (f"a bias of length {n + 1}", torch.empty(n + 1, device="cuda")),
             ("a torch.float16 bias", torch.empty(n, dtype=torch.half, device="cuda")))]
-    asked.append("3 fake cuda")
     if not why_no_kernel(operator):
         children = {what: subprocess.Popen([sys.executable, "-c", CHILD_CALL, operator.python_file,
                                             bias_op._qualified_op_name, *arguments], text=True,
@@ -616,11 +611,11 @@ def exercise_contract(operator, bias_op):
             last = (err.strip().splitlines() or ["no error"])[-1][:200]  # a fault ends the child with an error
             problems.append(named(what, said[len("raised "):]) if said.startswith("raised ") else
                             f"{what}: the call returned instead of raising; then: {said or last}")
-        asked.append(f"{len(FAULTING_CALLS)} cuda in child processes")
-    problems = [problem for problem in problems if problem]
+    calls, problems = len(problems), [problem for problem in problems if problem]
     require(not problems, "\n".join(problems) + "\nA refusal is a TORCH_CHECK (torch._check in the fake) "
                                                 "whose message names the bias and what it saw.")
-    return f"{', '.join(asked)} calls refused, each naming the bias"
+    return f"{calls} calls refused ({'cpu, fake cuda' if why_no_kernel(operator) else 'cpu, fake cuda, cuda'}), " \
+           "each naming the bias"
 
 
 def exercise_cuda_forward(operator, bias_op):
@@ -634,8 +629,8 @@ def exercise_cuda_forward(operator, bias_op):
 
 def exercise_cuda_gradient(operator, bias_op):
     """The gradients of a, b and bias through the CUDA implementation against
-    float64 (the CPU rows differentiate the float64 path); then grad_bias where its
-    entries pass FP16's largest value, 65504: 8192 rows of gradients near 10."""
+    float64 autograd through addmm (the CPU rows differentiate the float64 path);
+    then grad_bias where its entries pass FP16's largest value, 65504."""
     require_gpu(operator)
     m, k, n, rows = 256, 384, 512, 8192  # the lesson's first shape
     inputs = [fresh(*shape, dtype=dtype, device="cuda", requires_grad=True)
@@ -643,10 +638,10 @@ def exercise_cuda_gradient(operator, bias_op):
     grad = fresh(m, n, dtype=torch.float32, device="cuda")
     bias = fresh(n, dtype=torch.float32, device="cuda", requires_grad=True)
     large = 10 + 0.1 * fresh(rows, n, dtype=torch.float32, device="cuda")
+    tall = [fresh(rows, op.TILE_K, dtype=torch.half, device="cuda"), fresh(op.TILE_K, n, dtype=torch.half, device="cuda")]
     try:
         bias_op(*inputs).backward(grad)
-        (got,) = torch.autograd.grad(bias_op(fresh(rows, op.TILE_K, dtype=torch.half, device="cuda"),
-                                             fresh(op.TILE_K, n, dtype=torch.half, device="cuda"), bias), bias, large)
+        (got,) = torch.autograd.grad(bias_op(*tall, bias), bias, large)
     except Exception as error:
         raise raised(operator, "the CUDA forward or backward", error) from None
     wide = [t.detach().double().cpu().requires_grad_() for t in inputs]
@@ -660,7 +655,9 @@ def exercise_cuda_gradient(operator, bias_op):
         require(error <= 1e-2, f"the gradient of {name} on CUDA at {m}x{k}x{n} is off by {error:.2e} in norm "
                                f"(bound 1e-2)" + ("\n" + HINT.format(2)) * (name == "bias"))
     # In FP32 each entry is within 8192 * 2^-24 = 5e-4 of float64, relatively.
-    expected = torch.ones(rows, dtype=torch.float64) @ large.double().cpu()
+    wide_bias = bias.detach().double().cpu().requires_grad_()
+    (expected,) = torch.autograd.grad(torch.addmm(wide_bias, *(t.double().cpu() for t in tall)), wide_bias,
+                                      large.double().cpu())
     worst = ((got.double().cpu() - expected).abs() / expected).max().item()  # inf or NaN fails below
     require(worst <= rows * 2.0**-24, f"with grad_bias's entries near {expected.mean().item():.0f} (FP16 stops at "
                                       f"65504), grad_bias on CUDA is off by {worst:.1e}: it passed through FP16. "
@@ -903,18 +900,21 @@ def check_backward_accuracy(operator):
 def check_gate_compiles(operator):
     """gate.cu is the launcher's third caller, beside binding.cpp's declaration and
     call: a launcher whose parameters change (the exercise's bias) must change there
-    too. Built for one architecture at -O0, where nvcc exists, and cached by the
-    contents of gate.cu and kernel.cu; the gate runs on a GPU from checks/."""
+    too. Compiled, not linked (pip's toolkit has no static runtime to link), for one
+    architecture at -O0, where nvcc exists, and cached by the contents of gate.cu and
+    kernel.cu; the gate runs on a GPU from checks/."""
     home = operator.build["cuda_home"]
     nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
     if not nvcc:
         raise Skip("no nvcc")
     sources = [os.path.join(operator.folder, name) for name in ("gate.cu", "kernel.cu")]
     key = hashlib.sha256(b"\0".join(pathlib.Path(path).read_bytes() for path in sources)).hexdigest()[:16]
-    gate = os.path.join(os.path.dirname(operator.build["directory"]), f"{operator.namespace}-gate-{key}", "gate")
+    gate = os.path.join(os.path.dirname(operator.build["directory"]), f"{operator.namespace}-gate-{key}", "gate.o")
+    headers = [f"-I{folder}" for folder in (operator.build["toolkit"] or {}).get("include", [])]  # pip's toolkit
     if not os.path.exists(gate):
         os.makedirs(os.path.dirname(gate), exist_ok=True)
-        built = subprocess.run([nvcc, "-O0", "-arch=sm_75", "-o", gate, sources[0]], capture_output=True, text=True)
+        built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o", gate, sources[0]],
+                               capture_output=True, text=True)
         require(built.returncode == 0, f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\n"
                                        "gate.cu includes kernel.cu and calls launchWmmaGemm: its calls follow "
                                        "the definition.")

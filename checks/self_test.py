@@ -271,6 +271,9 @@ EXERCISE_CASES = {
                          {"forward", "gradient", "cuda forward"}),
     "grad_bias over the wrong axis": (_correct_forward, lambda grad, device: grad.sum(1), _correct_fake,
                                       {"gradient", "cuda gradient"}),
+    # Autograd sums a gradient of the output's shape down to the bias's: only the
+    # backward's own return value shows it.
+    "grad_bias is grad itself": (_correct_forward, lambda grad, device: grad, _correct_fake, {"gradient"}),
     "grad_bias scaled (mean)": (_correct_forward, lambda grad, device: grad.mean(0), _correct_fake,
                                 {"gradient", "cuda gradient"}),
     # Right on the CPU, wrong on CUDA: only the CUDA gradient row sees it.
@@ -320,6 +323,7 @@ ON_CUDA_ONLY = {"bias's device after a and b's (CUDA)": {"contract"},
 # What a failing row must say for a case: what it saw, and the hint that applies.
 # None of them states the gradient's formula.
 CAUSES = {("grad_bias over the wrong axis", "gradient"): ["has shape [6] for a bias of shape [4]", "Hint 1"],
+          ("grad_bias is grad itself", "gradient"): ["has shape [6, 4] for a bias of shape [4]", "Hint 1"],
           ("grad_bias scaled (mean)", "gradient"): ["grad_bias[0]: got", "expected", "Hint 2"],
           ("backward returns None for bias", "gradient"): ["grad_bias is None", "Hint 2"],
           ("grad_bias rounded through FP16", "gradient"): ["FP16's precision"],

@@ -3,24 +3,21 @@ the lesson, or, in a folder where the exercise is solved, that folder's own solu
 
 checks/answer_key.patch is a full solution of day87::wmma_mm_bias, for after the
 attempt. Here checks/solved.py makes the solved copy of the seven files (and of
-checks/), and on it check 6's CPU rows pass, the second operator names itself in its
-errors, the gate compiles and the self-test passes (grading the copy's own
-wmma_mm_bias as well). The key's words are not the only right ones: the key with its
+checks/), and on it check 6's CPU rows and row 14 (gate.cu compiles) pass, the key's
+second operator names itself in its errors and the self-test passes (grading the
+copy's own wmma_mm_bias as well). The key's words are not the only right ones: the key with its
 bias messages reworded passes check 6 too. These tests ask for nothing of a solution
 beyond the interface README.md names: op.wmma_mm_bias(a, b, bias), the schema's
 arguments a, b, bias, torch.ops.day87.wmma_mm_bias. A change to a lesson file that the
 key no longer applies to, or that the solved copy no longer passes, fails here.
 """
-import os
 import subprocess
 import sys
 
 import pytest
 
-from solved import solved_copy
+from solved import holds_the_key, is_solved, solved_copy
 from test_build import environment
-
-NVCC = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
 
 # Check 6's rows that run without a GPU; its two CUDA rows skip there.
 CPU_ROWS = ("forward", "gradient", "fake", "wrapper", "contract")
@@ -82,10 +79,12 @@ def test_a_solution_in_its_own_words_passes(solved, tmp_path_factory):
     assert_check_6_cpu_rows_pass(result)
 
 
+@pytest.mark.skipif(is_solved() and not holds_the_key(), reason="the folder's own solution words its errors")
 def test_the_second_operator_names_itself_in_its_errors(solved):
-    """A broken call of wmma_mm_bias, eager or compiled, says wmma_mm_bias: under
-    torch.compile, the error the fake raised (innermost, under Dynamo's own wrappers,
-    which name the node whatever the fake says)."""
+    """The answer key's broken call of wmma_mm_bias, eager or compiled, says
+    wmma_mm_bias: under torch.compile, the error the fake raised (innermost, under
+    Dynamo's own wrappers, which name the node whatever the fake says). The README
+    prescribes no wording, so a student's own solution is not held to this."""
     probe = ("import torch, op\n"
              "a, b, bias = torch.randn(4, 3, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64), "
              "torch.randn(5, dtype=torch.float64)\n"
@@ -108,11 +107,3 @@ def test_the_self_test_passes_on_the_solved_copy(solved):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1500:]
     own = [line for line in result.stdout.splitlines() if line.startswith("this folder's wmma_mm_bias")]
     assert len(own) == 7 and all(" FAIL, " not in line for line in own), own  # check 6's seven rows
-
-
-@pytest.mark.skipif(not os.path.exists(NVCC), reason="no nvcc")
-def test_the_gate_compiles(solved):
-    folder, _ = solved
-    result = subprocess.run([NVCC, "-O0", "-gencode", "arch=compute_75,code=sm_75", "-o", str(folder / "gate"),
-                             str(folder / "gate.cu")], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr[-2000:]

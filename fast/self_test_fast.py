@@ -8,7 +8,7 @@ and the scale can go wrong in ways the lesson's FP32 backward cannot. Each row h
 hands one check the fast operator (test_fast.FAST, its gradient_bound included)
 with a backward that gets the scale wrong in one way, and passes only when the
 check fails: the fast operator's own row, "13 backward accuracy, scaled", on five
-of them; row 15 (CUDA graph) on a scale kept from an earlier call; row 11 (no host
+of them; row 16 (CUDA graph) on a scale kept from an earlier call; row 11 (no host
 sync) on a scale computed on the host. The wrong backwards run over the lesson's
 kernel, registered in a namespace of their own, day87_fast_wrong. Without a GPU
 every row skips; the exit status is 1 if any row failed.
