@@ -329,7 +329,7 @@ CAUSES = {("grad_bias over the wrong axis", "gradient"): ["has shape [6] for a b
           ("grad_bias rounded through FP16", "gradient"): ["FP16's precision"],
           ("grad_bias rounded through FP16", "cuda gradient"): ["passed through FP16"],
           ("no backward registered", "gradient"): ["no backward is registered"],
-          ("bias added twice", "forward"): ["a @ b + 2 * bias", "Hint 1"],
+          ("bias added twice", "forward"): ["a @ b + 2 * bias: the bias is added 2 times"],
           ("bias added twice", "gradient"): ["d out[", "/d bias["],
           ("bias added twice", "cuda forward"): ["a @ b + 2 * bias"],
           ("bias's device after a and b's (CUDA)", "contract"): [
