@@ -418,3 +418,62 @@ def test_compiled_backward_is_the_current_one(tmp_path):
         source.write(original)
     second = import_op(folder, cache, STALE_BACKWARD, TORCHINDUCTOR_CACHE_DIR=inductor_cache)
     assert succeeded(second, "the restored backward") == "True", "a stale compiled backward ran"
+
+
+# The idiom every extension uses: integers and sizes streamed into TORCH_CHECK's message.
+# binding.cpp and checks/torch_check_probe.py build this too.
+TORCH_CHECK_REPRO = """
+#include <torch/extension.h>
+void check_int(int64_t n) { TORCH_CHECK(n < 0, "n must be negative; got ", n); }
+void check_size(at::Tensor t) { TORCH_CHECK(t.dim() == 3, "want 3-D; got ", t.sizes()); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("check_int", &check_int); m.def("check_size", &check_size); }
+"""
+CALL_REPRO = """
+import sys, torch
+from torch.utils import cpp_extension
+sys.path.insert(0, {checks!r})
+from test_build import TORCH_CHECK_REPRO
+module = cpp_extension.load_inline("torch_check_repro", [TORCH_CHECK_REPRO], build_directory={folder!r})
+print("built", flush=True)
+for call, expected in ((lambda: module.check_int(1), "got 1"), (lambda: module.check_size(torch.zeros(2)), "got [2]")):
+    try:
+        call()
+        print("returned without raising")
+    except RuntimeError as error:
+        print("raised" if expected in str(error) else "raised without the value: " + str(error).splitlines()[0])
+"""
+# What the H200 image's compiler does (checks/NOTES.md, "TORCH_CHECK and a static libstdc++").
+STATIC_RUNTIME_CAUSE = (
+    "{cxx} linked libstdc++ statically into the extension (it needs no libstdc++.so.6), beside the "
+    "libstdc++.so.6 that torch loaded: the extension's own std::ostream looks up the num_put facet "
+    "by the id of the other copy and calls another facet's function. The environment's compiler is "
+    "at fault; build with one that links libstdc++.so.6 (CXX=/usr/bin/g++).")
+
+
+def links_libstdcxx_statically(folder):
+    """(compiler, True) where the built repro needs no libstdc++.so.6: its std:: code is its own."""
+    ninja = open(os.path.join(folder, "build.ninja")).read()
+    cxx = re.search(r"^cxx = (.+)$", ninja, re.M).group(1).strip()
+    library = os.path.join(folder, "torch_check_repro.so")
+    needed = subprocess.run(["readelf", "-d", library], capture_output=True, text=True).stdout
+    return cxx, "libstdc++.so" not in needed
+
+
+def test_torch_check_streams_integers(tmp_path):
+    """TORCH_CHECK(cond, "text ", integer), the idiom, raises RuntimeError with the value in
+    it, in a fresh process, and does not kill the interpreter. Where the compiler linked its
+    own libstdc++ into the extension, the crash is the environment's: an expected failure."""
+    folder = tmp_path / "repro"
+    folder.mkdir()
+    code = CALL_REPRO.format(checks=os.path.dirname(os.path.abspath(__file__)), folder=str(folder))
+    result = subprocess.run([sys.executable, "-c", code], env=environment(tmp_path / "cache"),
+                            capture_output=True, text=True, timeout=900)
+    assert result.stdout.startswith("built"), f"the repro did not build: {result.stderr.strip()[-600:]}"
+    lines = result.stdout.splitlines()
+    right = result.returncode == 0 and lines[1:] == ["raised", "raised"]
+    if not right and shutil.which("readelf"):
+        cxx, static = links_libstdcxx_statically(str(folder))
+        if static:  # a crash, or (seen with g++ 12 and -static-libstdc++) a message without its value
+            pytest.xfail(f"exit {result.returncode}, {lines[1:]}: " + STATIC_RUNTIME_CAUSE.format(cxx=cxx))
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr.strip()[-600:]}"
+    assert lines[1:] == ["raised", "raised"], result.stdout
