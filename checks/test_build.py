@@ -421,7 +421,7 @@ def test_compiled_backward_is_the_current_one(tmp_path):
 
 
 # The idiom every extension uses: integers and sizes streamed into TORCH_CHECK's message.
-# binding.cpp and checks/torch_check_probe.py build this too.
+# checks/torch_check_probe.py builds it too, to find why it can crash.
 TORCH_CHECK_REPRO = """
 #include <torch/extension.h>
 void check_int(int64_t n) { TORCH_CHECK(n < 0, "n must be negative; got ", n); }
@@ -442,7 +442,7 @@ for call, expected in ((lambda: module.check_int(1), "got 1"), (lambda: module.c
     except RuntimeError as error:
         print("raised" if expected in str(error) else "raised without the value: " + str(error).splitlines()[0])
 """
-# What the H200 image's compiler does (checks/NOTES.md, "TORCH_CHECK and a static libstdc++").
+# What the H200 image's compiler does (checks/NOTES.md, "Toolchain and torch facts").
 STATIC_RUNTIME_CAUSE = (
     "{cxx} linked libstdc++ statically into the extension (it needs no libstdc++.so.6), beside the "
     "libstdc++.so.6 that torch loaded: the extension's own std::ostream looks up the num_put facet "

@@ -116,6 +116,8 @@ def main(out):
         del os.environ["CXX"]
     plain = libraries["plain"]
     shutil.copy(os.path.join(root, "probe_plain", "build.ninja"), os.path.join(out, "build.ninja.txt"))
+    cxx = re.search(r"^cxx = (.+)$", open(os.path.join(root, "probe_plain", "build.ninja")).read(), re.M).group(1)
+    say(f"the compiler cpp_extension built with: {cxx}: " + shell(f"{cxx} --version | head -1"))
     say("== the extension's dynamic needs (readelf -d, -V)",
         shell(f"readelf -d {plain} | grep NEEDED"), shell(f"readelf -V {plain} | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tr '\\n' ' '"))
 
