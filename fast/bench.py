@@ -39,7 +39,9 @@ NaN, says FAIL); for an FP16 output (FP16 addmm's, and every line's gradients in
 tables B and C), which that bound does not cover, the word FP16 and the relative
 error ||out - float64|| / ||float64||, not graded.
 
-A. The forward, c = a @ b, at the lesson's shapes and at 4096^3.
+A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3 and
+   8192 x 4096 x 4096: the fast tier as it chooses, and then with each of its
+   kernels forced (DAY87_FAST_KERNEL=wmma, and =hopper where the card runs it).
 B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
    torch.autograd.grad(forward(x, w), (x, w), grad): the operators with an FP32
    grad, as their FP32 output has, the FP16 paths with an FP16 one.
@@ -57,6 +59,7 @@ fast/figures_hold.py compares the fast tier's GPU times with an earlier commit's
 """
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -205,14 +208,43 @@ class Line:
     label: str  # what is called
     call: object  # the call timed, its operands bound
     error: object  # the call's output -> what its error against float64 is
+    kernel: str = None  # DAY87_FAST_KERNEL while the line is checked and timed, where set
+
+
+@contextlib.contextmanager
+def fast_kernel(kernel):
+    """DAY87_FAST_KERNEL set to `kernel` (None: left as it is) inside, put back after.
+    fast/kernel.cu reads it at every call, so a line's calls and its CUDA graph's
+    capture all run the kernel named, and no call pays for setting it."""
+    saved = os.environ.get("DAY87_FAST_KERNEL")
+    if kernel is not None:
+        os.environ["DAY87_FAST_KERNEL"] = kernel
+    try:
+        yield
+    finally:
+        os.environ.pop("DAY87_FAST_KERNEL", None)
+        if saved is not None:
+            os.environ["DAY87_FAST_KERNEL"] = saved
+
+
+def runs_hopper_kernel():
+    """Whether this card runs fast/kernel.cu's Hopper kernel: forced, the operator refuses where it cannot."""
+    a = torch.zeros(128, 16, device="cuda", dtype=torch.half)
+    with fast_kernel("hopper"):
+        try:
+            fast_op.wmma_mm(a, a.new_zeros(16, 128))
+            return True
+        except RuntimeError:
+            return False
 
 
 def print_block(shape, lines, calls):
     """Check each line's output against float64, time it, and print the block."""
     results = []
     for line in lines:
-        error = line.error(line.call())
-        results.append((line, timing.measure(line.call, calls), error))
+        with fast_kernel(line.kernel):
+            error = line.error(line.call())
+            results.append((line, timing.measure(line.call, calls), error))
     base = next(figures.gpu for line, figures, _ in results if line.kind == "cuBLAS")
     print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH)
           + f"{'wall us':>10}{'host us':>10}{'GPU us':>10}{'GPU/cuBLAS':>12}  error vs float64")
@@ -281,6 +313,9 @@ def forward_table(base):
                   "error: the worst |c - float64| / (K * 2^-23 * (|A| @ |B|)), test_op.py's bound; "
                   "FP16: rel. ||c - float64|| / ||float64||")
     compiler = Compiler()
+    # The fast tier three ways: as it chooses, and each of its kernels forced (the
+    # Hopper kernel where this card runs it).
+    forced = ["wmma"] + (["hopper"] if runs_hopper_kernel() else [])
     for m, n, k in timing.FORWARD_SHAPES:
         torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
@@ -293,6 +328,8 @@ def forward_table(base):
                  forward_error(True, reference, magnitude, k)),
             Line("fast", "fast_op.wmma_mm(a, b)", lambda: fast_op.wmma_mm(a, b),
                  forward_error(True, reference, magnitude, k)),
+            *[Line("fast", f"  DAY87_FAST_KERNEL={kernel}", lambda: fast_op.wmma_mm(a, b),
+                   forward_error(True, reference, magnitude, k), kernel) for kernel in forced],
             Line("cuBLAS", label, lambda: function(a, b), forward_error(graded, reference, magnitude, k)),
             Line("compiled", peer_label, lambda: peer(a, b), forward_error(peer_graded, reference, magnitude, k)),
         ], timing.calls_for(m, n, k))

@@ -34,6 +34,7 @@ namespace tuned {
 cudaError_t launchWmmaGemm(const __half* a, const __half* b, const float* bias, float* c, size_t m,
                            size_t n, size_t k, float* workspace, cudaStream_t stream);
 size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k);
+std::string kernelSwitchProblem();  // "" where DAY87_FAST_KERNEL can be honoured
 // The backward's helpers.
 cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
                               int64_t col_stride, __half* scaled, float* alpha_and_beta,
@@ -77,6 +78,9 @@ at::Tensor multiplyOnCuda(const std::string& op, const at::Tensor& a, const at::
     // this scope and puts it back on the way out. Without it an operator called
     // on cuda:1 from a thread whose current device is 0 allocates on cuda:0.
     const c10::cuda::CUDAGuard guard(a.device());
+    // A kernel forced by DAY87_FAST_KERNEL that this device cannot run is refused by name.
+    const std::string switch_problem = tuned::kernelSwitchProblem();
+    TORCH_CHECK(switch_problem.empty(), op + ": " + switch_problem);
     at::Tensor c = at::empty({m, n}, a.options().dtype(at::kFloat));
     if (c.numel() == 0) return c;  // an empty result: there is nothing to launch
     // Where the grid of tiles is too small for the card, the launcher splits K and

@@ -5,7 +5,11 @@
 // are wrong, not the binding.
 //
 // Build and run from the lesson's folder (any card from sm_75 up; name yours):
-//   nvcc -O3 -arch=sm_90 -o fast/gate fast/gate.cu && fast/gate
+//   nvcc -O3 -arch=sm_80 -o fast/gate fast/gate.cu && fast/gate
+// On a Hopper card (H100, H200), build for sm_90a, the target that has wgmma, so that
+// the Hopper kernel's plans are checked too (with DAY87_FAST_KERNEL=hopper set, the
+// launcher's shapes run on them as well):
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
 //
 // The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
 // 200,000 SM cycles before it writes its partial sums (long beside the multiply
@@ -14,7 +18,7 @@
 // happens to be slow. The scaling kernel's block 0 holds as long before it writes its
 // largest magnitude, so a cast that does not wait at the grid's barrier reads that
 // block's poison:
-//   nvcc -O3 -arch=sm_90 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu && fast/gate_ordering
+//   nvcc -O3 -arch=sm_80 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu && fast/gate_ordering
 //
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch, on any
 // CUDA error, or where there is no CUDA device to run on. Exiting is right here, in a
@@ -22,6 +26,7 @@
 // never does, because an operator must raise, not exit.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -89,12 +94,24 @@ cudaError_t launchChosen(const tuned::GemmOperands& operands, int, float* worksp
 
 // The bound is test_op.py's, derived there (error_ratio): K * 2^-23 * (|A| @ |B|), and
 // with a bias (K + 1) * 2^-23 * (|A| @ |B| + |bias|): one more FP32 addition.
+//
+// `extremes` draws a and b from FP16's edges as well as from N(0, 1): the largest
+// finite value (65504), the smallest normal (2^-14) and the smallest subnormal
+// (2^-24), each of either sign. Every shape is multiplied twice into a poisoned C,
+// and the two results must have the same bits.
 bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, int n, int k,
-                std::mt19937& generator, bool with_bias = false) {
+                std::mt19937& generator, bool with_bias = false, bool extremes = false) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
+    const float edges[] = {65504.0f, std::ldexp(1.0f, -14), std::ldexp(1.0f, -24)};
+    std::uniform_int_distribution<int> pick(0, 7);  // 0-2: an edge, 3-7: a normal draw
+    auto draw = [&]() {
+        const int choice = extremes ? pick(generator) : 7;
+        const float value = choice < 3 ? edges[choice] : normal(generator);
+        return __float2half(choice < 3 && normal(generator) < 0.0f ? -value : value);
+    };
     std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
-    for (auto& value : a) value = __float2half(normal(generator));
-    for (auto& value : b) value = __float2half(normal(generator));
+    for (auto& value : a) value = draw();
+    for (auto& value : b) value = draw();
     std::vector<float> bias(with_bias ? n : 0);
     for (auto& value : bias) value = normal(generator);
 
@@ -125,11 +142,14 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     operands.n = n;
     operands.k = k;
     operands.bias = device_bias;
-    CUDA_CHECK(launch(operands, splits, workspace, /*stream=*/0));
-    CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
-
-    std::vector<float> c(static_cast<size_t>(m) * n);
-    CUDA_CHECK(cudaMemcpy(c.data(), device_c, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::vector<float> c(static_cast<size_t>(m) * n), again(c.size());
+    for (std::vector<float>* result : {&c, &again}) {
+        CUDA_CHECK(cudaMemset(device_c, 0xFF, c.size() * sizeof(float)));
+        CUDA_CHECK(launch(operands, splits, workspace, /*stream=*/0));
+        CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
+        CUDA_CHECK(cudaMemcpy(result->data(), device_c, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    const bool same_bits = std::memcmp(c.data(), again.data(), c.size() * sizeof(float)) == 0;
     CUDA_CHECK(cudaFree(device_a));
     CUDA_CHECK(cudaFree(device_b));
     CUDA_CHECK(cudaFree(device_c));
@@ -149,14 +169,16 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
         const double bound = (k + with_bias) * std::ldexp(1.0, -23) * magnitude[i];
         worst = std::fmax(worst, std::fabs(c[i] - reference[i]) / bound);
     }
-    const bool pass = finite && worst <= 1.0;
+    const bool pass = finite && worst <= 1.0 && same_bits;
     char name[64];
     if (launch == launchChosen)
-        snprintf(name, sizeof(name), "%s%s", launcher_name, with_bias ? ", bias" : "");
+        snprintf(name, sizeof(name), "%s%s%s", launcher_name, with_bias ? ", bias" : "", extremes ? ", FP16 edges" : "");
     else
-        snprintf(name, sizeof(name), "%s, %d split(s)%s", launcher_name, splits, with_bias ? ", bias" : "");
-    printf("%-38s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
-           pass ? "pass" : (finite ? "FAIL" : "FAIL (NaN or unwritten output)"));
+        snprintf(name, sizeof(name), "%s, %d split(s)%s%s", launcher_name, splits, with_bias ? ", bias" : "",
+                 extremes ? ", FP16 edges" : "");
+    printf("%-44s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
+           !finite ? "FAIL (NaN or unwritten output)" : !same_bits ? "FAIL (a second run gave other bits)"
+           : pass  ? "pass" : "FAIL");
     return pass;
 }
 
@@ -179,6 +201,35 @@ bool checkPlan(const char* name, std::mt19937& generator) {
                            /*with_bias=*/true);
     return pass;
 }
+
+#if CUDART_VERSION >= 12000
+// A Hopper plan directly, as launchHopperPlan takes it (it never splits K).
+template <class Plan>
+cudaError_t launchHopper(const tuned::GemmOperands& operands, int, float*, cudaStream_t stream) {
+    return tuned::launchHopperPlan<Plan>(operands, stream);
+}
+
+// Each Hopper plan directly, where this device runs it: one tile and several, with M
+// and N each one tile or three; every K the contract allows against the 64 of a stage
+// (K = 16, a single step; 48, one part-filled stage; 272, four whole stages and 16;
+// 320, five whole stages, one more than the ring holds); a K of 4096 (64 stages, so
+// each mbarrier completes 16 phases); more tiles than the card has SMs, so that
+// blocks wait for a second wave; the bias, whole and with a tail; FP16's edges.
+template <class Plan>
+bool checkHopperPlan(const char* name, std::mt19937& generator) {
+    const Launcher launch = launchHopper<Plan>;
+    constexpr int kM = Plan::kBlockM, kN = Plan::kBlockN;
+    bool pass = true;
+    for (int k : {16, 48, 272, 320}) pass &= checkShape(name, launch, 1, kM, kN, k, generator);
+    pass &= checkShape(name, launch, 1, 3 * kM, 3 * kN, 272, generator);
+    pass &= checkShape(name, launch, 1, 2 * kM, kN, 4096, generator);
+    pass &= checkShape(name, launch, 1, 2048, 2048, 80, generator);
+    for (int k : {48, 272}) pass &= checkShape(name, launch, 1, 3 * kM, 3 * kN, k, generator, /*with_bias=*/true);
+    pass &= checkShape(name, launch, 1, 3 * kM, 3 * kN, 272, generator, false, /*extremes=*/true);
+    pass &= checkShape(name, launch, 1, 3 * kM, 3 * kN, 272, generator, true, /*extremes=*/true);
+    return pass;
+}
+#endif
 
 // ---------------------------------------------------------------------------
 // The backward's scaling
@@ -278,20 +329,49 @@ int main() {
     all_pass &= checkPlan<tuned::SquarePlan>("SquarePlan", generator);
     all_pass &= checkPlan<tuned::SmallGridPlan>("SmallGridPlan", generator);
     all_pass &= checkPlan<tuned::TuringPlan>("TuringPlan", generator);
+    tuned::DeviceFacts facts;
+    CUDA_CHECK(tuned::currentDeviceFacts(&facts));
+#if CUDART_VERSION >= 12000
+    if (facts.hopper) {
+        all_pass &= checkHopperPlan<tuned::HopperWidePlan>("HopperWidePlan", generator);
+        all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>("HopperNarrowPlan", generator);
+        // What the Hopper launcher adds to every call on the host: encoding A's and B's
+        // tensor maps (the lesson's first shape; the encoder's cost does not depend on it).
+        constexpr int kCalls = 10000;
+        half* matrix;
+        CUtensorMap map_a, map_b;
+        CUDA_CHECK(cudaMalloc(&matrix, 512 * 384 * sizeof(half)));
+        const auto start = std::chrono::steady_clock::now();
+        for (int call = 0; call < kCalls; ++call) {
+            CUDA_CHECK(tuned::describeMatrix(&map_a, matrix, 256, 384, tuned::HopperWidePlan::kBlockM));
+            CUDA_CHECK(tuned::describeMatrix(&map_b, matrix, 384, 512, tuned::HopperWidePlan::kBlockK));
+        }
+        const std::chrono::duration<double, std::micro> spent = std::chrono::steady_clock::now() - start;
+        printf("tensor maps: %.3f us of host time per call (A's and B's, 256 x 512 x 384; mean of %d)\n",
+               spent.count() / kCalls, kCalls);
+        CUDA_CHECK(cudaFree(matrix));
+    }
+#endif
+    if (!facts.hopper)
+        printf("Hopper plans: not run, this device runs no sm_90a code (a card of capability 9.0 and "
+               "-gencode=arch=compute_90a,code=sm_90a run them)\n");
 
     // Through the launcher, without and with a bias: the lesson's two shapes, a K that
     // leaves a half-filled last stage, a single tile, a shape with several tile groups,
     // one split ten ways on a large card and one too large to split. Each line says
     // what the launcher chose.
     const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48}, {128, 128, 16},
-                             {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024}, {2048, 2048, 256}};
+                             {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024}, {2048, 2048, 256},
+                             {4096, 2048, 128}};
     for (const auto& shape : shapes) {
         tuned::LaunchChoice choice;
         CUDA_CHECK(tuned::chooseLaunch(shape[0], shape[1], shape[2], &choice));
         char name[64];
-        const char* plan = choice.plan == tuned::PlanChoice::kTuring      ? "Turing"
-                           : choice.plan == tuned::PlanChoice::kSmallGrid ? "SmallGrid"
-                                                                          : "Square";
+        const char* plan = choice.plan == tuned::PlanChoice::kTuring         ? "Turing"
+                           : choice.plan == tuned::PlanChoice::kSmallGrid    ? "SmallGrid"
+                           : choice.plan == tuned::PlanChoice::kHopperWide   ? "HopperWide"
+                           : choice.plan == tuned::PlanChoice::kHopperNarrow ? "HopperNarrow"
+                                                                             : "Square";
         snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);
         for (bool with_bias : {false, true})
             all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator, with_bias);

@@ -18,6 +18,13 @@
 #                                         # driver compiles for this card: the gate and
 #                                         # compute-sanitizer, the table, which plan ran,
 #                                         # the plans among the variants
+#   bash fast/gpu_check.sh hopper OUT     # the Hopper kernel (an H100 or H200): the gate
+#                                         # for sm_90a, its launcher chosen and forced;
+#                                         # the extension as an H100's user builds it
+#                                         # (no TORCH_CUDA_ARCH_LIST): HGMMA in its SASS,
+#                                         # the table on the forced Hopper path and on
+#                                         # the automatic one, a switch it refuses, and
+#                                         # bench.py's forward table (both kernels)
 #
 # Run it from anywhere; it works in the lesson's folder (fast/..). Each step's output
 # goes to the console and to OUT/PART.log; the exit status is the number of steps that
@@ -26,8 +33,8 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75) [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; } ;;
-    *) echo "usage: bash fast/gpu_check.sh gate|bench|forward|compute75 OUT" >&2; exit 2 ;;
+    gate | bench | forward | compute75 | hopper) [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; } ;;
+    *) echo "usage: bash fast/gpu_check.sh gate|bench|forward|compute75|hopper OUT" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."   # the lesson's folder, where fast/ is
 mkdir -p "$out"
@@ -146,6 +153,37 @@ if [ "$part" = compute75 ]; then
     step compute75-variants python3 fast/forward_variants.py Plan
     unset TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR
     rm -rf "$out"/cache75
+fi
+
+if [ "$part" = hopper ]; then
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o "$out/gate" fast/gate.cu
+    step gate "$out/gate"
+    step gate-hopper-forced env DAY87_FAST_KERNEL=hopper "$out/gate"
+    # The list a user's H100 or H200 gets from its card, 9.0+PTX: plain sm_90 code, to
+    # which fast_op.py adds sm_90a; the driver must choose the latter for the kernel to run.
+    export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
+    saved_arch_list=${TORCH_CUDA_ARCH_LIST-}
+    unset TORCH_CUDA_ARCH_LIST
+    step table-hopper env DAY87_FAST_KERNEL=hopper python3 fast/test_fast.py
+    step library-sass bash -c "cuobjdump --list-elf --list-ptx $out/cache-hopper/day87_fast-*/day87_fast_ext.so &&
+        echo \"HGMMA instructions: \$(cuobjdump --dump-sass $out/cache-hopper/day87_fast-*/day87_fast_ext.so | grep -c HGMMA)\""
+    step table-auto python3 fast/test_fast.py
+    step switch-refused python3 -c "import os, sys
+sys.path.insert(0, 'fast')
+import torch, fast_op
+os.environ['DAY87_FAST_KERNEL'] = 'cublas'
+a = torch.randn(128, 16, dtype=torch.half, device='cuda')
+try:
+    fast_op.wmma_mm(a, a.new_zeros(16, 128))
+except RuntimeError as error:
+    print('refused:', error)
+    assert 'must be hopper, wmma or auto' in str(error) and \"'cublas'\" in str(error)
+else:
+    sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
+    step bench-forward python3 fast/bench.py --forward
+    [ -n "$saved_arch_list" ] && export TORCH_CUDA_ARCH_LIST="$saved_arch_list"
+    unset TORCH_EXTENSIONS_DIR
+    rm -rf "$out"/cache-hopper
 fi
 
 rm -f "$out/gate" "$out/gate75" "$out/gate_ordering"

@@ -30,8 +30,12 @@
 #include "../kernel.cu"
 
 #include <cooperative_groups.h>
+#include <cuda.h>          // CUtensorMap and its enums: types only, no driver library is linked
+#include <cudaTypedefs.h>  // the type of cuTensorMapEncodeTiled, which the runtime hands over
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 
 namespace tuned {
 
@@ -363,21 +367,362 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---------------------------------------------------------------------------
+// Version 2, the Hopper kernel (sm_90a): what it adds over wmmaGemmKernel
+// ---------------------------------------------------------------------------
+// wmmaGemmKernel is version 1: every thread copies its share of each stage, and
+// every warp multiplies 16 x 16 x 16 fragments (HMMA) that it loads from padded
+// shared memory. On Hopper that reaches half of cuBLAS's speed (checks/NOTES.md, "The
+// Hopper kernel"): its tensor cores run at full rate only through warpgroup MMA
+// (wgmma.mma_async, HGMMA in SASS), four warps multiplying 64 rows at once straight
+// from shared memory, which the tensor copy engine (TMA) fills. What changes:
+//   - one thread of a producer warpgroup asks TMA for each stage, a whole box of A
+//     and of B in one instruction, described by a tensor map built on the host;
+//   - TMA writes the stage swizzled (128-byte rows, 16-byte pieces reordered by row),
+//     the layout wgmma reads without bank conflicts, which WMMA could not express;
+//   - each stage has two mbarriers in place of __syncthreads: `full`, which
+//     completes when TMA has written all its bytes, and `empty`, which completes
+//     when every consumer warp is done with it, so the producer runs stages ahead;
+//   - two consumer warpgroups each multiply 64 rows of the block's 128 with wgmma,
+//     accumulating FP32 in registers, and store C (with the bias) from there.
+// wgmma and setmaxnreg exist only in code compiled for sm_90a
+// (-gencode=arch=compute_90a,code=sm_90a): fast_op.py adds that target where a
+// Hopper card may run the build, and the kernel's body is empty in every other
+// target, where hopperCodeProbe (below) tells the launcher not to choose it.
+//
+// A plan: the block tile (128 x BlockN of C), 64 of K per stage, Stages deep.
+#if CUDART_VERSION >= 12000  // tensor maps and __grid_constant__: CUDA 12's headers
+template <int BlockN, int Stages>
+struct HopperPlan {
+    static constexpr int kBlockM = 128, kBlockN = BlockN, kBlockK = 64, kStages = Stages;
+    // Warpgroup 0 produces, warpgroups 1 and 2 consume: each owns 64 rows of C.
+    static constexpr int kThreads = 3 * 128;
+    static constexpr int kConsumerWarps = 8;
+    // 64 halves are 128 bytes: one row of the 128-byte swizzle, the widest box TMA
+    // swizzles. A is one box of 128 rows; B is BlockN / 64 boxes of 64 rows, side by side.
+    static constexpr int kBoxColumns = 64;
+    static constexpr int kStageBytesA = kBlockM * kBlockK * 2;
+    static constexpr int kBoxBytesB = kBlockK * kBoxColumns * 2;  // 8 KB
+    static constexpr int kStageBytesB = kBlockK * kBlockN * 2;
+    // Each wgmma below is m64n128k16: a consumer issues BlockN / 128 of them per step of 16.
+    static constexpr int kMmasAcross = BlockN / 128;
+    static constexpr int kAccumulators = BlockN / 2;  // FP32 registers per consumer thread
+    // The stages, then their 2 x Stages mbarriers, and 1 KB to align the first stage
+    // to the 1024 bytes (eight 128-byte rows) that the swizzle pattern repeats over.
+    static constexpr int kSharedBytes = Stages * (kStageBytesA + kStageBytesB) + 2 * Stages * 8 + 1024;
+
+    static_assert(BlockN % 128 == 0, "whole m64n128 MMAs across the tile");
+    static_assert(kSharedBytes <= 227 * 1024, "an sm_90 block has at most 227 KB of shared memory");
+};
+// Wide: 128 x 256, four stages (193 KB, one block per SM): per FLOP, a quarter less
+// of A and B read from L2 than 128 x 128. Narrow: for N that 256 does not divide, and
+// for grids that 256-wide tiles leave short of the card (chooseLaunch).
+using HopperWidePlan = HopperPlan<256, 4>;
+using HopperNarrowPlan = HopperPlan<128, 4>;
+static_assert(kTileM % HopperWidePlan::kBlockM == 0 && kTileN % HopperNarrowPlan::kBlockN == 0,
+              "the narrow plan must tile every shape the contract admits");
+
+// ---- The pieces, each one PTX instruction -----------------------------------
+// Shared memory addresses as the instructions take them: 32-bit, in the shared window.
+__device__ __forceinline__ uint32_t sharedAddress(const void* pointer) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+__device__ __forceinline__ void initBarrier(uint64_t* barrier, int arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(barrier)), "r"(arrivals));
+}
+
+// One arrival, and the bytes that TMA will still deliver before this phase completes.
+__device__ __forceinline__ void arriveExpectingBytes(uint64_t* barrier, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(barrier)),
+                 "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void arrive(uint64_t* barrier) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(barrier)) : "memory");
+}
+
+// Wait until the barrier's phase of this parity has completed. A barrier starts in
+// phase 0, and the phase before it (parity 1) counts as completed: a wait for parity 1
+// on a fresh barrier returns at once, which is how the producer's first pass through
+// the stages finds every one of them empty.
+__device__ __forceinline__ void waitBarrier(uint64_t* barrier, int parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n .reg .pred completed;\n"
+            " mbarrier.try_wait.parity.shared::cta.b64 completed, [%1], %2;\n"
+            " selp.u32 %0, 1, 0, completed;\n}\n"
+            : "=r"(done)
+            : "r"(sharedAddress(barrier)), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+// TMA: the box of `map` whose first element is (column, row), into shared memory at
+// `destination`, swizzled as the map says; its bytes count towards `barrier`. Elements
+// past the matrix's edge (K's last stage) arrive as zeros, and still count.
+__device__ __forceinline__ void copyBox(void* destination, const CUtensorMap* map, int column, int row,
+                                        uint64_t* barrier) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(sharedAddress(destination)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(sharedAddress(barrier))
+        : "memory");
+}
+
+// How wgmma finds a matrix in shared memory: a 64-bit descriptor of its start address,
+// the byte distances between its 8-row groups of 16-byte pieces in the two
+// directions (the PTX ISA's "matrix descriptor": leading and stride byte offsets), and
+// the swizzle (1 in bits 62-63: 128-byte). Every field is in units of 16 bytes.
+__device__ __forceinline__ uint64_t matrixDescriptor(uint32_t address, uint32_t leading_bytes,
+                                                     uint32_t stride_bytes) {
+    return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | static_cast<uint64_t>(leading_bytes >> 4) << 16 |
+           static_cast<uint64_t>(stride_bytes >> 4) << 32 | 1ull << 62;
+}
+
+// wgmma reads its accumulators' registers asynchronously. fence orders the
+// registers' earlier writes (the zeros) before the next MMAs; commit closes a group
+// of MMAs; wait<N> returns once at most N groups are still running.
+__device__ __forceinline__ void mmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void mmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void mmaWait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
+}
+
+// The compiler sees the accumulators as written by the wgmma statement itself; this
+// empty statement, after mmaWait, tells it they change there, so that no read of them
+// (the epilogue's) is moved above the wait.
+template <int Count>
+__device__ __forceinline__ void accumulatorsWrittenHere(float (&accumulators)[Count]) {
+#pragma unroll
+    for (int i = 0; i < Count; ++i) asm volatile("" : "+f"(accumulators[i])::"memory");
+}
+
+// d (64 x 128, FP32, 64 registers a thread) += A (64 x 16) @ B (16 x 128), both FP16
+// in shared memory. The immediates: scale A and B by 1 (not -1); A not transposed
+// (K-major: K runs along its rows, as a's do); B transposed (its rows run along N,
+// as b's do: "MN-major"). The scale-d predicate is 1: D = A @ B + D.
+__device__ __forceinline__ void mma64x128x16(float (&d)[64], uint64_t a_descriptor, uint64_t b_descriptor) {
+    asm volatile(
+        "{\n .reg .pred accumulate;\n setp.ne.b32 accumulate, %66, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, accumulate, 1, 1, 0, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
+}
+
+// The layouts, in bytes, as TMA's 128-byte swizzle leaves them:
+//   A's stage: 128 rows of 64 halves, row r at 128 r. A consumer's 64 rows start at
+//     64 x 128 bytes in; 8-row groups are 1024 bytes apart (the stride offset; K-major
+//     swizzled layouts have no leading offset, and it is ignored); the next 16 of K
+//     is 32 bytes further along each row.
+//   B's stage: BlockN / 64 boxes of 64 rows (of K) by 64 halves (of N), 8 KB apart:
+//     the leading offset, from one 64-wide run of N to the next. Rows are 128 bytes,
+//     so 8-row groups of K are 1024 bytes apart (the stride offset), and the next 16
+//     of K starts 2048 bytes in. An m64n128 MMA spans two boxes; the next one starts
+//     two boxes on.
+constexpr uint32_t kSwizzleGroupBytes = 1024;  // 8 rows of 128 bytes
+
+template <class Plan>
+__global__ void __launch_bounds__(Plan::kThreads, 1)
+    hopperGemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                     const GemmOperands operands) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char shared_unaligned[];
+    unsigned char* shared = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(shared_unaligned) + kSwizzleGroupBytes - 1) & ~uintptr_t{kSwizzleGroupBytes - 1});
+    unsigned char* stages_a = shared;
+    unsigned char* stages_b = stages_a + Plan::kStages * Plan::kStageBytesA;
+    uint64_t* full = reinterpret_cast<uint64_t*>(stages_b + Plan::kStages * Plan::kStageBytesB);
+    uint64_t* empty = full + Plan::kStages;
+
+    // Which tile of C this block owns, in grouped order (see kGroupRows), as version 1.
+    const int tiles_m = operands.m / Plan::kBlockM;
+    const int tiles_n = operands.n / Plan::kBlockN;
+    const int tiles_per_group = kGroupRows * tiles_n;
+    const int first_row = blockIdx.x / tiles_per_group * kGroupRows;
+    const int rows_in_group = min(tiles_m - first_row, kGroupRows);
+    const int index_in_group = blockIdx.x % tiles_per_group;
+    const int tile_row = first_row + index_in_group % rows_in_group;
+    const int tile_col = index_in_group / rows_in_group;
+    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
+
+    if (threadIdx.x == 0) {
+        for (int stage = 0; stage < Plan::kStages; ++stage) {
+            initBarrier(&full[stage], 1);                      // the producer's one arrival
+            initBarrier(&empty[stage], Plan::kConsumerWarps);  // one per consumer warp
+        }
+        // The initialised barriers, visible to TMA (which completes them) as well.
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+        // The producer: one thread issues every copy; the other 127 have nothing to do.
+        if (threadIdx.x != 0) return;
+        for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+            const int stage = k_tile % Plan::kStages, round = k_tile / Plan::kStages;
+            waitBarrier(&empty[stage], (round & 1) ^ 1);  // the consumers' last use of it is over
+            arriveExpectingBytes(&full[stage], Plan::kStageBytesA + Plan::kStageBytesB);
+            copyBox(stages_a + stage * Plan::kStageBytesA, &map_a, k_tile * Plan::kBlockK,
+                    tile_row * Plan::kBlockM, &full[stage]);
+            for (int box = 0; box < Plan::kBlockN / Plan::kBoxColumns; ++box)
+                copyBox(stages_b + stage * Plan::kStageBytesB + box * Plan::kBoxBytesB, &map_b,
+                        tile_col * Plan::kBlockN + box * Plan::kBoxColumns, k_tile * Plan::kBlockK, &full[stage]);
+        }
+        return;
+    }
+
+    // A consumer: 64 rows of C, kMmasAcross blocks of 64 FP32 accumulators a thread.
+    const int consumer = warpgroup - 1;
+    float accumulators[Plan::kMmasAcross][64];
+#pragma unroll
+    for (int across = 0; across < Plan::kMmasAcross; ++across)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) accumulators[across][i] = 0.0f;
+
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+        const int stage = k_tile % Plan::kStages, round = k_tile / Plan::kStages;
+        waitBarrier(&full[stage], round & 1);  // TMA has written the whole stage
+        const uint32_t stage_a = sharedAddress(stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
+        const uint32_t stage_b = sharedAddress(stages_b + stage * Plan::kStageBytesB);
+        mmaFence();
+#pragma unroll
+        for (int step = 0; step < Plan::kBlockK / 16; ++step) {
+            const uint64_t a_descriptor = matrixDescriptor(stage_a + step * 32, 16, kSwizzleGroupBytes);
+#pragma unroll
+            for (int across = 0; across < Plan::kMmasAcross; ++across)
+                mma64x128x16(accumulators[across],
+                             a_descriptor,
+                             matrixDescriptor(stage_b + across * 2 * Plan::kBoxBytesB + step * 2 * kSwizzleGroupBytes,
+                                              Plan::kBoxBytesB, kSwizzleGroupBytes));
+        }
+        mmaCommit();
+        mmaWait<0>();  // this warpgroup's MMAs have read the stage: it may be refilled
+#pragma unroll
+        for (int across = 0; across < Plan::kMmasAcross; ++across) accumulatorsWrittenHere(accumulators[across]);
+        if (threadIdx.x % 32 == 0) arrive(&empty[stage]);
+    }
+
+    // The epilogue: thread t of a warp holds, of each 64 x 128 block of C, rows
+    // (warp's 16) + t / 4 and 8 below it, at columns 8 j + 2 (t % 4) and the one after,
+    // for j = 0..15: accumulators 4 j and 4 j + 1 on the first row, 4 j + 2 and 4 j + 3
+    // on the second. Each pair goes out as one 8-byte store, with the bias added once.
+    const int lane = threadIdx.x % 32;
+    const size_t row = static_cast<size_t>(tile_row) * Plan::kBlockM + consumer * 64 + (threadIdx.x / 32 % 4) * 16 + lane / 4;
+#pragma unroll
+    for (int across = 0; across < Plan::kMmasAcross; ++across)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int col = tile_col * Plan::kBlockN + across * 128 + 8 * j + 2 * (lane % 4);
+            float2 upper = make_float2(accumulators[across][4 * j], accumulators[across][4 * j + 1]);
+            float2 lower = make_float2(accumulators[across][4 * j + 2], accumulators[across][4 * j + 3]);
+            if (operands.bias) {  // bias[j] is added to every row of column j, once
+                const float2 bias = make_float2(operands.bias[col], operands.bias[col + 1]);
+                upper = make_float2(upper.x + bias.x, upper.y + bias.y);
+                lower = make_float2(lower.x + bias.x, lower.y + bias.y);
+            }
+            *reinterpret_cast<float2*>(operands.c + row * operands.n + col) = upper;
+            *reinterpret_cast<float2*>(operands.c + (row + 8) * operands.n + col) = lower;
+        }
+#endif
+}
+
+// Whether this device runs sm_90a code: 1 only where the code that the driver chose
+// for it was compiled with the Hopper kernel's body. Read once per device
+// (runsHopperCode, with the launchers).
+__device__ int hopper_code_ran;
+
+__global__ void hopperCodeProbe() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    hopper_code_ran = 1;
+#else
+    hopper_code_ran = 0;
+#endif
+}
+#endif  // CUDART_VERSION >= 12000
+
+// ---------------------------------------------------------------------------
 // The launchers
 // ---------------------------------------------------------------------------
 // What the launchers depend on that cannot change while the process runs: which code
 // the driver runs on the device (the PTX architecture the kernels were compiled for:
-// 75 in a T4's build, and in a compute_75 build on any card) and its number of SMs.
-// Each thread asks the runtime once per device and keeps the answer.
+// 75 in a T4's build, and in a compute_75 build on any card), whether that code has
+// the Hopper kernel, and its number of SMs. Each thread asks the runtime once per
+// device and keeps the answer.
 struct DeviceFacts {
     int device;
     bool turing;            // code for below sm_80: no cp.async (TuringPlan)
     bool dependent_launch;  // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
+    bool hopper;            // sm_90a code with hopperGemmKernel's body, and TMA's encoder
     int multiprocessors;
 };
 
+#if CUDART_VERSION >= 12000
+// cuTensorMapEncodeTiled is the driver's, and the extension links no driver library
+// (-lcuda: pip's toolkit and CI's machine have none to link against), so the runtime
+// hands over the driver's function when it is first needed.
+PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
+    static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found);
+#else  // what runtimes before 12.5 have (deprecated from 13.0)
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &found);
+#endif
+        return found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
+                                                    : nullptr;
+    }();
+    return encoder;
+}
+
+// Whether this device runs the Hopper kernel's body: only a card of capability 9.0 can,
+// and only where the library holds sm_90a code, which the driver may not pick when it
+// holds sm_90 code too. So hopperCodeProbe says which code ran, once per device, on a
+// stream of its own, waited for alone. Relaxed capture mode lets this run while the
+// caller's stream is being captured into a CUDA graph: nothing of it joins the graph.
+cudaError_t runsHopperCode(int device, bool* hopper) {
+    int major, minor;
+    cudaError_t status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    *hopper = false;
+    if (status != cudaSuccess || major != 9 || minor != 0 || tensorMapEncoder() == nullptr) return status;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if ((status = cudaThreadExchangeStreamCaptureMode(&mode)) != cudaSuccess) return status;
+    cudaStream_t stream;
+    int ran = 0;
+    status = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (status == cudaSuccess) {
+        hopperCodeProbe<<<1, 1, 0, stream>>>();
+        status = cudaGetLastError();
+        if (status == cudaSuccess)
+            status = cudaMemcpyFromSymbolAsync(&ran, hopper_code_ran, sizeof(int), 0, cudaMemcpyDeviceToHost, stream);
+        const cudaError_t synchronized = cudaStreamSynchronize(stream);
+        if (status == cudaSuccess) status = synchronized;
+        cudaStreamDestroy(stream);
+    }
+    cudaThreadExchangeStreamCaptureMode(&mode);  // the caller's mode, back
+    *hopper = status == cudaSuccess && ran == 1;
+    return status;
+}
+#endif
+
 cudaError_t currentDeviceFacts(DeviceFacts* facts) {
-    thread_local DeviceFacts cached{-1, false, false, 0};
+    thread_local DeviceFacts cached{-1, false, false, false, 0};
     int device;
     cudaError_t status = cudaGetDevice(&device);
     if (status != cudaSuccess) return status;
@@ -387,8 +732,12 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
         int multiprocessors;
         status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
         if (status != cudaSuccess) return status;
+        bool hopper = false;
+#if CUDART_VERSION >= 12000
+        if ((status = runsHopperCode(device, &hopper)) != cudaSuccess) return status;
+#endif
         cached = DeviceFacts{device, compiled.ptxVersion < 80,
-                             compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, multiprocessors};
+                             compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, hopper, multiprocessors};
     }
     *facts = cached;
     return cudaSuccess;
@@ -440,9 +789,73 @@ cudaError_t launchPlan(const GemmOperands& operands, int splits, float* workspac
 #endif
 }
 
+#if CUDART_VERSION >= 12000
+// A row-major FP16 matrix (rows x columns) as TMA reads it: boxes of box_rows rows of
+// 64 halves, 128-byte swizzled, zeros where a box sticks out past the edge. The
+// encoder only writes the 128-byte map on the host: it costs no stream operation,
+// and the map travels to the kernel by value, in its parameters.
+cudaError_t describeMatrix(CUtensorMap* map, const half* data, int rows, int columns, int box_rows) {
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+    if (encode == nullptr) return cudaErrorNotSupported;  // a driver older than CUDA 12
+    const cuuint64_t sizes[2] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows)};  // inner first
+    const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(columns) * sizeof(half)};
+    const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<half*>(data), sizes,
+                                   row_bytes, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// One Hopper plan on `stream`. The caller has checked that the plan's block tile
+// divides M and N, and that this device runs the kernel's body (DeviceFacts::hopper).
+template <class Plan>
+cudaError_t launchHopperPlan(const GemmOperands& operands, cudaStream_t stream) {
+    CUtensorMap map_a, map_b;
+    cudaError_t status = describeMatrix(&map_a, operands.a, operands.m, operands.k, Plan::kBlockM);
+    if (status == cudaSuccess) status = describeMatrix(&map_b, operands.b, operands.k, operands.n, Plan::kBlockK);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(hopperGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Plan::kSharedBytes);
+    if (status != cudaSuccess) return status;
+    const int tiles = (operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN);
+    hopperGemmKernel<Plan><<<tiles, Plan::kThreads, Plan::kSharedBytes, stream>>>(map_a, map_b, operands);
+    return cudaGetLastError();
+}
+#endif
+
+// Which kernel a call runs: DAY87_FAST_KERNEL=hopper or wmma forces one, and unset
+// (or auto) lets chooseLaunch choose. It is read at every call, so that one process
+// can time both (fast/bench.py); a CUDA graph keeps the kernel it captured.
+enum class KernelSwitch { kAuto, kHopper, kWmma, kUnknown };
+
+KernelSwitch kernelSwitch() {
+    const char* value = std::getenv("DAY87_FAST_KERNEL");
+    if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto")) return KernelSwitch::kAuto;
+    if (!std::strcmp(value, "hopper")) return KernelSwitch::kHopper;
+    if (!std::strcmp(value, "wmma")) return KernelSwitch::kWmma;
+    return KernelSwitch::kUnknown;
+}
+
+// Why DAY87_FAST_KERNEL cannot be honoured on the current device, or "" where it can:
+// fast/binding.cpp raises with it before a launch, where the launcher itself could
+// only answer an error code.
+std::string kernelSwitchProblem() {
+    const KernelSwitch wanted = kernelSwitch();
+    const char* value = std::getenv("DAY87_FAST_KERNEL");
+    if (wanted == KernelSwitch::kUnknown)
+        return std::string("DAY87_FAST_KERNEL must be hopper, wmma or auto; got '") + value + "'";
+    DeviceFacts facts;
+    if (wanted != KernelSwitch::kHopper || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper) return "";
+    return "DAY87_FAST_KERNEL=hopper, and this device does not run the Hopper kernel: it runs only on a card "
+           "of capability 9.0, from code built for sm_90a with CUDA 12 or newer (fast_op.py adds that target "
+           "where such a card is visible, or none is)";
+}
+
 // Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
 // for the launcher and for the workspace size that binding.cpp allocates.
-enum class PlanChoice { kSquare, kSmallGrid, kTuring };
+enum class PlanChoice { kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow };
 
 struct LaunchChoice {
     PlanChoice plan;
@@ -457,6 +870,14 @@ struct LaunchChoice {
 // pipeline has stages in flight. Below kMinDepthToSplit one block per tile measured
 // faster: a short K does not repay the reduction's launch. A T4's build keeps
 // TuringPlan and splits it the same way. (checks/NOTES.md has the split table.)
+//
+// The Hopper kernel, where the device runs it, takes every grid of at least as many
+// 128 x 128 tiles as SMs; smaller grids stay with version 1's small tiles and split K
+// (the Hopper kernel does not split K, and loses there: checks/NOTES.md, "The Hopper
+// kernel"). Its wide tile, where N allows, unless it costs more waves of blocks: a
+// wave of wide tiles takes about two of narrow ones (2048^3: one wave of 128 wide
+// tiles, two of 256 narrow ones; the wide ones measured faster). Forced, it takes
+// every shape, wide where N allows.
 constexpr int kMinStagesPerSplit = 2;
 constexpr int kMinDepthToSplit = 256;
 
@@ -464,7 +885,20 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     DeviceFacts facts;
     const cudaError_t status = currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
+    const KernelSwitch wanted = kernelSwitch();
+    if (wanted == KernelSwitch::kUnknown || (wanted == KernelSwitch::kHopper && !facts.hopper))
+        return cudaErrorInvalidValue;  // kernelSwitchProblem says why
     const int large_tiles = (m / kTileM) * (n / kTileN);
+#if CUDART_VERSION >= 12000
+    if (facts.hopper && wanted != KernelSwitch::kWmma &&
+        (wanted == KernelSwitch::kHopper || large_tiles >= facts.multiprocessors)) {
+        const auto waves = [&](int tiles) { return (tiles + facts.multiprocessors - 1) / facts.multiprocessors; };
+        const bool wide = n % HopperWidePlan::kBlockN == 0 &&
+                          (wanted == KernelSwitch::kHopper || 2 * waves(large_tiles / 2) <= waves(large_tiles));
+        *choice = LaunchChoice{wide ? PlanChoice::kHopperWide : PlanChoice::kHopperNarrow, 1};
+        return cudaSuccess;
+    }
+#endif
     choice->plan = facts.turing ? PlanChoice::kTuring
                    : large_tiles < facts.multiprocessors ? PlanChoice::kSmallGrid
                                                          : PlanChoice::kSquare;
@@ -474,8 +908,8 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
                             : small      ? SmallGridPlan::kBlockK
                                          : SquarePlan::kBlockK;
     const int k_tiles = (k + stage_depth - 1) / stage_depth;
-    const int wanted = tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
-    choice->splits = std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, kMaxSplits}));
+    const int wanted_splits = tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
+    choice->splits = std::max(1, std::min({wanted_splits, k_tiles / kMinStagesPerSplit, kMaxSplits}));
     return cudaSuccess;
 }
 
@@ -503,6 +937,12 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
     switch (choice.plan) {
         case PlanChoice::kTuring: return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);
         case PlanChoice::kSmallGrid: return launchPlan<SmallGridPlan>(operands, choice.splits, workspace, stream);
+#if CUDART_VERSION >= 12000
+        case PlanChoice::kHopperWide: return launchHopperPlan<HopperWidePlan>(operands, stream);
+        case PlanChoice::kHopperNarrow: return launchHopperPlan<HopperNarrowPlan>(operands, stream);
+#else
+        case PlanChoice::kHopperWide: case PlanChoice::kHopperNarrow: return cudaErrorNotSupported;
+#endif
         case PlanChoice::kSquare: break;
     }
     return launchPlan<SquarePlan>(operands, choice.splits, workspace, stream);

@@ -4,9 +4,10 @@
 
 The lesson's build checks (keyed folders, locks, toolchain messages, ...) are
 checks/test_build.py's, and this folder's build is the lesson's: only what differs
-is checked here. fast/binding.cpp needs cuBLAS's headers, which the lesson does not,
-and a toolkit without them, with no nvidia wheels to take them from, must be refused
-before compiling, the headers named.
+is checked here. The sm_90a target that fast/kernel.cu's Hopper kernel needs is added
+where a Hopper card may run the build, and only there. fast/binding.cpp needs cuBLAS's
+headers, which the lesson does not, and a toolkit without them, with no nvidia wheels
+to take them from, must be refused before compiling, the headers named.
 """
 
 import os
@@ -38,3 +39,20 @@ def test_toolkit_without_cublas_headers(tmp_path):
     message = refused.stderr
     assert refused.returncode != 0 and "cublas_v2.h" in message and "day87: building" not in message, \
         f"a toolkit without cuBLAS's headers: {message[-300:]}"
+
+
+@pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: nothing is built for a card")
+def test_hopper_target_where_a_hopper_card_may_run():
+    # fast/kernel.cu's Hopper kernel needs the sm_90a target, which no list that torch
+    # derives names: fast_op.py adds it where the lesson's list names 9.0 (a Hopper card
+    # visible, or none: CI's list), and only there.
+    import fast_op
+    target = (fast_op.HOPPER_TARGET,) if int(torch.version.cuda.split(".")[0]) >= 12 else ()
+    assert fast_op.hopper_flags("7.5;8.0;8.6;8.9;9.0+PTX") == target, "no card visible: every architecture"
+    assert fast_op.hopper_flags("9.0+PTX") == target, "an H100 or H200 visible"
+    assert fast_op.hopper_flags("8.0;9.0") == target, "TORCH_CUDA_ARCH_LIST naming 9.0"
+    assert fast_op.hopper_flags("9.0a") == (), "cpp_extension writes the same flag for 9.0a"
+    assert fast_op.hopper_flags("7.5+PTX") == (), "the T4's code, asked for: what runs must be it"
+    assert fast_op.hopper_flags("8.0+PTX") == (), "an A100 visible: no Hopper card to run it"
+    assert fast_op.BUILD["cuda_cflags"] == fast_op.hopper_flags(fast_op.BUILD["archs"]), \
+        "the build that ran did not take the flags"
