@@ -122,14 +122,15 @@ NAMESPACE = "day87"  # binding.cpp's TORCH_LIBRARY namespace, and its build fold
 SOURCES = ("kernel.cu", "binding.cpp")
 
 
-def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cflags=(), cuda_cflags=()):
-    """The build of `sources` (in `folder`; `depends`: files they include; `cuda_cflags`: nvcc's) and its folder."""
+def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cflags=(), more_archs=()):
+    """The build of `sources` (in `folder`; `depends`: files they include; `more_archs`: to build for
+    beside the usual) and the folder its key names."""
     toolkit = find_toolkit() if torch.version.cuda else None
     compiled = tuple(name for name in sources if toolkit or not name.endswith(".cu"))  # else CPU alone
     # Code for the card at hand alone launches there and on no newer card ("no kernel image
     # is available" on the machine it ships to): every visible card's architecture, and
     # PTX on the newest, which the driver compiles for any card that came later.
-    archs = architecture_list() if toolkit else None
+    archs = ";".join([architecture_list(), *more_archs]) if toolkit else None
     # The key: what the library depends on, hashed into its folder's name, so that a change
     # builds anew, never loads a stale library. torch's version and CUDA build are in it as the
     # library links against this libtorch's C++ symbols: another torch says "undefined symbol".
@@ -137,16 +138,15 @@ def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cf
     for path in [os.path.join(folder, name) for name in compiled] + list(depends):
         with open(path, "rb") as source:
             digest.update(os.path.basename(path).encode() + b"\0" + source.read() + b"\0")
-    for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform, *cflags, *cuda_cflags):
+    for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform, *cflags):
         digest.update(str(part).encode() + b"\0")
     key = digest.hexdigest()[:16]
     cache = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
     directory = os.path.join(cache, f"{namespace}-{key}")
     return {"namespace": namespace, "extension": f"{namespace}_ext", "folder": folder, "sources": compiled,
-            "depends": tuple(depends), "cflags": tuple(cflags), "cuda_cflags": tuple(cuda_cflags),
-            "with_cuda": toolkit is not None, "toolkit": toolkit, "cuda_home": toolkit and toolkit["home"],
-            "archs": archs, "key": key, "directory": directory,
-            "library": os.path.join(directory, f"{namespace}_ext.so"),
+            "depends": tuple(depends), "cflags": tuple(cflags), "with_cuda": toolkit is not None,
+            "toolkit": toolkit, "cuda_home": toolkit and toolkit["home"], "archs": archs, "key": key,
+            "directory": directory, "library": os.path.join(directory, f"{namespace}_ext.so"),
             "done_marker": os.path.join(directory, "build-complete"),  # both: see _build
             "failed_marker": os.path.join(directory, "build-failed")}
 
@@ -161,7 +161,7 @@ def build(plan):
             # binding.cpp registers its CUDA implementation only where kernel.cu is built too.
             extra_cflags=["-O2", *plan["cflags"]] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else []),
             # -lineinfo lets compute-sanitizer name kernel.cu's lines, at no cost at run time.
-            extra_cuda_cflags=["-O3", "-lineinfo", *plan["cuda_cflags"]],
+            extra_cuda_cflags=["-O3", "-lineinfo"],
             extra_include_paths=include_paths,
             extra_ldflags=link_flags,
             build_directory=plan["directory"],

@@ -165,28 +165,30 @@ def _header_flags():
 
 
 # fast/kernel.cu's Hopper kernel uses wgmma, which nvcc accepts only for the sm_90a
-# target, and no TORCH_CUDA_ARCH_LIST that torch derives names it: "9.0" builds plain
-# sm_90. Written as -gencode: the -arch=sm_90a shorthand has been seen to run a plain
-# sm_90 pass too, which rejects wgmma.
-HOPPER_TARGET = "-gencode=arch=compute_90a,code=sm_90a"
+# target, and no architecture list that torch derives names it: "9.0" builds plain
+# sm_90. cpp_extension writes "9.0a" as -gencode=arch=compute_90a,code=sm_90a (the
+# -arch=sm_90a shorthand has been seen to run a plain sm_90 pass too, which rejects
+# wgmma). It goes in the architecture list, not in nvcc's flags: a flag that names an
+# architecture makes cpp_extension drop the list's own (seen: a library of sm_90a alone).
+HOPPER_ARCHITECTURE = "9.0a"
 
 
-def hopper_flags(archs):
-    """(HOPPER_TARGET,) where this build may run on a Hopper card, else (). `archs`: the
-    lesson's architecture list, which names 9.0 where such a card is visible, where no
-    card is, or where TORCH_CUDA_ARCH_LIST asks for it. A list without 9.0 was asked for
-    (the T4's 7.5+PTX, say): its code is what runs. CUDA 12 is the first with sm_90a;
+def hopper_architectures(archs):
+    """(HOPPER_ARCHITECTURE,) where this build may run on a Hopper card, else (). `archs`:
+    the lesson's architecture list, which names 9.0 where such a card is visible, where
+    no card is, or where TORCH_CUDA_ARCH_LIST asks for it. A list without 9.0 was asked
+    for (the T4's 7.5+PTX, say): its code is what runs. CUDA 12 is the first with sm_90a;
     op.py builds only with an nvcc of torch's own CUDA major version."""
     names = [name.split("+")[0] for name in (archs or "").replace(" ", ";").split(";")]
-    if int((torch.version.cuda or "0").split(".")[0]) < 12 or "9.0a" in names or "9.0" not in names:
+    if int((torch.version.cuda or "0").split(".")[0]) < 12 or HOPPER_ARCHITECTURE in names or "9.0" not in names:
         return ()  # no such target, a list that has it already, or no Hopper card to run it
-    return (HOPPER_TARGET,)
+    return (HOPPER_ARCHITECTURE,)
 
 
 BUILD = op.load_extension(
     __file__, check_more=_refuse_without_library_headers, namespace=NAMESPACE, folder=HERE,
     sources=("kernel.cu", "binding.cpp"), cflags=_header_flags(),
-    cuda_cflags=hopper_flags(op.architecture_list() if torch.version.cuda else None),
+    more_archs=hopper_architectures(op.architecture_list() if torch.version.cuda else None),
     # The lesson's files that this folder's include: an edit there rebuilds this too.
     depends=tuple(os.path.join(LESSON, name) for name in op.SOURCES))
 _registrations = op.register_once(NAMESPACE, __file__, _register, globals().get("_registrations"))

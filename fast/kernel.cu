@@ -1,12 +1,17 @@
 // fast/kernel.cu: the fast operator's kernels, day87_fast::wmma_mm and wmma_mm_bias's
 // forward and the tensor-core backward's scaling kernel.
 //
-// The lesson's kernel.cu, tuned: the same WMMA fragments and FP32 accumulators under
-// three tile plans (one chosen per call), K split across blocks where the grid of
-// tiles is too small for the card (the partial sums added by a second, deterministic
-// kernel, launched early as the multiply's programmatic dependent on sm_90), a bias
-// added in the one store, and the backward's cooperative scaling kernel. Every
-// figure behind a choice is in checks/NOTES.md.
+// Two versions of the forward stand side by side, the simpler first:
+//   1. wmmaGemmKernel, the lesson's kernel.cu tuned: the same WMMA fragments and FP32
+//      accumulators under three tile plans (one chosen per call), K split across
+//      blocks where the grid of tiles is too small for the card (the partial sums
+//      added by a second, deterministic kernel, launched early as the multiply's
+//      programmatic dependent on sm_90), a bias added in the one store. Any card.
+//   2. hopperGemmKernel, for Hopper (sm_90a code): TMA copies into swizzled shared
+//      memory, mbarriers, and warpgroup MMAs (wgmma), at about twice version 1's speed
+//      on large grids there. Its section says what it adds.
+// Then the backward's cooperative scaling kernel. Every figure behind a choice is in
+// checks/NOTES.md.
 //
 // The lesson's kernel.cu is included first, outside this file's namespace: the shape
 // contract (kTileM, kTileN, kTileK, which binding.cpp's rules read), the 16-byte
@@ -15,17 +20,20 @@
 // called: a few seconds of build, the price of one file holding those numbers.
 //
 // Built two ways:
-//   - by fast/fast_op.py, through the lesson's op.load_extension, with fast/binding.cpp;
+//   - by fast/fast_op.py, through the lesson's op.load_extension, with fast/binding.cpp
+//     (and the sm_90a target where a Hopper card may run the build);
 //   - included by fast/gate.cu, the standalone check:
-//       nvcc -O3 -arch=sm_90 -o fast/gate fast/gate.cu && fast/gate
+//       nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
 //
 // In order: the tile plans, the dependent-launch helpers, GemmOperands and
-// storeOutputs (the one place that writes C, with the bias), the kernel, the split-K
-// reduction, the launchers, and last the backward's scaling kernel.
+// storeOutputs (version 1's one place that writes C, with the bias), version 1, the
+// split-K reduction, version 2, the launchers (which choose between them), and last
+// the backward's scaling kernel.
 //
-// This file never exits and never synchronizes: the launchers return the launch
-// status, and the caller (an operator that raises, or fast/gate.cu's CUDA_CHECK)
-// decides what an error means.
+// This file never exits and never waits for the caller's work: the launchers return
+// the launch status, and the caller (an operator that raises, or fast/gate.cu's
+// CUDA_CHECK) decides what an error means. The one wait is runsHopperCode's, once per
+// device, for a one-thread probe on a stream of its own.
 
 #include "../kernel.cu"
 
@@ -204,8 +212,10 @@ __device__ __forceinline__ void storeOutputs(const GemmOperands& operands, size_
 }
 
 // ---------------------------------------------------------------------------
-// The kernel
+// Version 1, the WMMA kernel: any card from sm_75 up
 // ---------------------------------------------------------------------------
+// What it adds over the lesson's kernel: the tile plans above, split K, the bias in
+// its store (checks/NOTES.md, "The fast forward: tile plans and split K").
 // With gridDim.y > 1 the block computes one split of K, k_tiles_per_split stages
 // from stage blockIdx.y * k_tiles_per_split, and writes its raw sums to
 // `partials` (one M x N slice per split) for splitSumKernel; otherwise all of K,
@@ -384,10 +394,10 @@ __global__ void __launch_bounds__(256)
 //     when every consumer warp is done with it, so the producer runs stages ahead;
 //   - two consumer warpgroups each multiply 64 rows of the block's 128 with wgmma,
 //     accumulating FP32 in registers, and store C (with the bias) from there.
-// wgmma and setmaxnreg exist only in code compiled for sm_90a
-// (-gencode=arch=compute_90a,code=sm_90a): fast_op.py adds that target where a
-// Hopper card may run the build, and the kernel's body is empty in every other
-// target, where hopperCodeProbe (below) tells the launcher not to choose it.
+// wgmma exists only in code compiled for sm_90a (-gencode=arch=compute_90a,code=sm_90a):
+// fast_op.py adds that target where a Hopper card may run the build, and the kernel's
+// body is empty in every other target, where hopperCodeProbe (below) tells the
+// launcher not to choose it.
 //
 // A plan: the block tile (128 x BlockN of C), 64 of K per stage, Stages deep.
 #if CUDART_VERSION >= 12000  // tensor maps and __grid_constant__: CUDA 12's headers

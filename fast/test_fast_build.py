@@ -44,15 +44,22 @@ def test_toolkit_without_cublas_headers(tmp_path):
 @pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: nothing is built for a card")
 def test_hopper_target_where_a_hopper_card_may_run():
     # fast/kernel.cu's Hopper kernel needs the sm_90a target, which no list that torch
-    # derives names: fast_op.py adds it where the lesson's list names 9.0 (a Hopper card
-    # visible, or none: CI's list), and only there.
+    # derives names: fast_op.py adds it to the lesson's list where that names 9.0 (a
+    # Hopper card visible, or none: CI's list), and only there; the list's own stay.
     import fast_op
-    target = (fast_op.HOPPER_TARGET,) if int(torch.version.cuda.split(".")[0]) >= 12 else ()
-    assert fast_op.hopper_flags("7.5;8.0;8.6;8.9;9.0+PTX") == target, "no card visible: every architecture"
-    assert fast_op.hopper_flags("9.0+PTX") == target, "an H100 or H200 visible"
-    assert fast_op.hopper_flags("8.0;9.0") == target, "TORCH_CUDA_ARCH_LIST naming 9.0"
-    assert fast_op.hopper_flags("9.0a") == (), "cpp_extension writes the same flag for 9.0a"
-    assert fast_op.hopper_flags("7.5+PTX") == (), "the T4's code, asked for: what runs must be it"
-    assert fast_op.hopper_flags("8.0+PTX") == (), "an A100 visible: no Hopper card to run it"
-    assert fast_op.BUILD["cuda_cflags"] == fast_op.hopper_flags(fast_op.BUILD["archs"]), \
-        "the build that ran did not take the flags"
+    hopper = (fast_op.HOPPER_ARCHITECTURE,) if int(torch.version.cuda.split(".")[0]) >= 12 else ()
+    assert fast_op.hopper_architectures("7.5;8.0;8.6;8.9;9.0+PTX") == hopper, "no card visible: every architecture"
+    assert fast_op.hopper_architectures("9.0+PTX") == hopper, "an H100 or H200 visible"
+    assert fast_op.hopper_architectures("8.0;9.0") == hopper, "TORCH_CUDA_ARCH_LIST naming 9.0"
+    assert fast_op.hopper_architectures("9.0a") == (), "the list has it already"
+    assert fast_op.hopper_architectures("7.5+PTX") == (), "the T4's code, asked for: what runs must be it"
+    assert fast_op.hopper_architectures("8.0+PTX") == (), "an A100 visible: no Hopper card to run it"
+    lesson_archs = fast_op.op.BUILD["archs"]
+    assert fast_op.BUILD["archs"] == ";".join([lesson_archs, *fast_op.hopper_architectures(lesson_archs)]), \
+        f"the fast build's architectures: {fast_op.BUILD['archs']}, the lesson's: {lesson_archs}"
+    # And cpp_extension compiled every one of them: a flag that names an architecture
+    # among nvcc's own would make it drop the list's.
+    ninja = open(os.path.join(fast_op.BUILD["directory"], "build.ninja")).read()
+    for name in fast_op.BUILD["archs"].split(";"):
+        number = name.split("+")[0].replace(".", "")
+        assert f"arch=compute_{number},code=sm_{number}" in ninja, f"no sm_{number} code in {ninja[:2000]}"
