@@ -19,12 +19,15 @@
 #                                         # compute-sanitizer, the table, which plan ran,
 #                                         # the plans among the variants
 #   bash fast/gpu_check.sh hopper OUT     # the Hopper kernel (an H100 or H200): the gate
-#                                         # for sm_90a, its launcher chosen and forced;
-#                                         # the extension as an H100's user builds it
-#                                         # (no TORCH_CUDA_ARCH_LIST): HGMMA in its SASS,
-#                                         # the table on the forced Hopper path and on
-#                                         # the automatic one, a switch it refuses, and
-#                                         # bench.py's forward table (both kernels)
+#                                         # for sm_90a, its launcher chosen and forced,
+#                                         # its ordering build, memcheck and synccheck
+#                                         # at shapes up to 512, wgmma_order.py and the
+#                                         # Hopper planted bugs; the extension as an
+#                                         # H100's user builds it (no
+#                                         # TORCH_CUDA_ARCH_LIST): HGMMA in its SASS, the
+#                                         # table forced to each kernel and chosen, and
+#                                         # for 7.5+PTX (the T4's code); a switch it
+#                                         # refuses; bench.py's forward table
 #
 # Run it from anywhere; it works in the lesson's folder (fast/..). Each step's output
 # goes to the console and to OUT/PART.log; the exit status is the number of steps that
@@ -159,6 +162,14 @@ if [ "$part" = hopper ]; then
     step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o "$out/gate" fast/gate.cu
     step gate "$out/gate"
     step gate-hopper-forced env DAY87_FAST_KERNEL=hopper "$out/gate"
+    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" fast/gate.cu
+    step gate-ordering "$out/gate_ordering"
+    for tool in memcheck synccheck; do
+        step "sanitize-gate-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate" --small
+    done
+    step wgmma-order python3 fast/wgmma_order.py
+    step planted-bugs-hopper python3 fast/planted_bugs.py hopper
     # The list a user's H100 or H200 gets from its card, 9.0+PTX: plain sm_90 code, to
     # which fast_op.py adds sm_90a; the driver must choose the latter for the kernel to run.
     export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
@@ -168,6 +179,8 @@ if [ "$part" = hopper ]; then
     step library-sass bash -c "cuobjdump --list-elf --list-ptx $out/cache-hopper/day87_fast-*/day87_fast_ext.so &&
         echo \"HGMMA instructions: \$(cuobjdump --dump-sass $out/cache-hopper/day87_fast-*/day87_fast_ext.so | grep -c HGMMA)\""
     step table-auto python3 fast/test_fast.py
+    step table-wmma env DAY87_FAST_KERNEL=wmma python3 fast/test_fast.py
+    step table-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 fast/test_fast.py
     step switch-refused python3 -c "import os, sys
 sys.path.insert(0, 'fast')
 import torch, fast_op
@@ -183,7 +196,7 @@ else:
     step bench-forward python3 fast/bench.py --forward
     [ -n "$saved_arch_list" ] && export TORCH_CUDA_ARCH_LIST="$saved_arch_list"
     unset TORCH_EXTENSIONS_DIR
-    rm -rf "$out"/cache-hopper
+    rm -rf "$out"/cache-hopper "$out"/cache75
 fi
 
 rm -f "$out/gate" "$out/gate75" "$out/gate_ordering"

@@ -545,6 +545,19 @@ __device__ __forceinline__ void mma64x128x16(float (&d)[64], uint64_t a_descript
 //     two boxes on.
 constexpr uint32_t kSwizzleGroupBytes = 1024;  // 8 rows of 128 bytes
 
+// Whether the consumers wait for TMA and the producer for the consumers is not left
+// to timing: gate.cu's ordering build defines these to fill every stage with NaN
+// before the pipeline starts (so a stage read before TMA wrote it reads NaN), to hold
+// the producer before it fills each stage the first time (so a consumer that does not
+// wait for `full` reads that NaN), and to hold each consumer before it multiplies a
+// stage (so a producer that does not wait for `empty` has overwritten it by then).
+// Everywhere else they are nothing.
+#ifndef DAY87_POISON_HOPPER_STAGES
+#define DAY87_POISON_HOPPER_STAGES(stages, bytes)
+#define DAY87_HOLD_HOPPER_PRODUCER(first_fill)
+#define DAY87_HOLD_HOPPER_CONSUMER()
+#endif
+
 template <class Plan>
 __global__ void __launch_bounds__(Plan::kThreads, 1)
     hopperGemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -569,6 +582,7 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
     const int tile_col = index_in_group / rows_in_group;
     const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
 
+    DAY87_POISON_HOPPER_STAGES(shared, Plan::kStages * (Plan::kStageBytesA + Plan::kStageBytesB));
     if (threadIdx.x == 0) {
         for (int stage = 0; stage < Plan::kStages; ++stage) {
             initBarrier(&full[stage], 1);                      // the producer's one arrival
@@ -586,6 +600,7 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
         for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
             const int stage = k_tile % Plan::kStages, round = k_tile / Plan::kStages;
             waitBarrier(&empty[stage], (round & 1) ^ 1);  // the consumers' last use of it is over
+            DAY87_HOLD_HOPPER_PRODUCER(round == 0);
             arriveExpectingBytes(&full[stage], Plan::kStageBytesA + Plan::kStageBytesB);
             copyBox(stages_a + stage * Plan::kStageBytesA, &map_a, k_tile * Plan::kBlockK,
                     tile_row * Plan::kBlockM, &full[stage]);
@@ -607,6 +622,7 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
     for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
         const int stage = k_tile % Plan::kStages, round = k_tile / Plan::kStages;
         waitBarrier(&full[stage], round & 1);  // TMA has written the whole stage
+        DAY87_HOLD_HOPPER_CONSUMER();
         const uint32_t stage_a = sharedAddress(stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
         const uint32_t stage_b = sharedAddress(stages_b + stage * Plan::kStageBytesB);
         mmaFence();

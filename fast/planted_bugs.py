@@ -1,6 +1,7 @@
 """planted_bugs.py: bugs planted in the fast tier's kernels, each seen caught.
 
-    python fast/planted_bugs.py            (needs a GPU and nvcc)
+    python fast/planted_bugs.py            (needs a GPU and nvcc): version 1's bugs
+    python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernel's
 
 Each planted bug is a text edit of fast/kernel.cu, made in a copy of the repository
 (so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it). Three
@@ -13,6 +14,17 @@ and the copy with no bug must pass all four. A check that could not run (a copy 
 does not build, a racecheck with no summary) is never a catch: it is counted as a
 verdict not expected. The exit status is the number of verdicts that were not the
 expected one. The gates build side by side.
+
+The Hopper part plants its bugs in hopperGemmKernel's pipeline and runs, on every
+copy, the gate and the ordering gate built for sm_90a with --hopper (its plans
+alone; the ordering build starts every stage as NaN, holds the producer before each
+stage's first fill and each consumer before it multiplies a stage), and
+fast/wgmma_order.py, which reads the PTX for fenced, committed and waited-for MMAs.
+A gate that runs past GATE_TIMEOUT_S (a pipeline that lost its barriers' count can
+wait forever) has failed. compute-sanitizer's racecheck runs there as a control, on
+the copy with no bug and on the consumer that does not wait, at shapes up to 512: its
+hazard count is printed, and is no verdict either way, because whether racecheck sees
+what TMA writes and wgmma reads is what the control is for.
 """
 
 import os
@@ -29,8 +41,11 @@ FAST = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(FAST)
 sys.path.insert(0, FAST)
 from warp_barriers import missing_barriers, nvcc  # noqa: E402
+from wgmma_order import order_problems  # noqa: E402
 
 GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = "gate", "ordering gate", "warp barriers", "racecheck"
+WGMMA_ORDER = "wgmma order"
+GATE_TIMEOUT_S = 120
 
 
 class Bug(NamedTuple):
@@ -40,6 +55,8 @@ class Bug(NamedTuple):
     # the plain gate sees an ordering bug only where a multiply happens to be slow.
     by_timing: tuple = ()
     sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
+    hopper: bool = False  # in hopperGemmKernel: the Hopper part's
+    racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
 BUGS = {
@@ -96,6 +113,35 @@ BUGS = {
         [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
           "                                    wmma::mem_row_major);\n")],
         (RACECHECK, WARP_BARRIERS)),
+    # The Hopper kernel's. The first two and the last are wrong results on every run
+    # (the ordering build makes the first two so); the three in the middle are what no
+    # run is sure to show, so the gates may catch them or not, and the PTX must.
+    "a consumer does not wait for TMA to fill its stage": Bug(
+        [("        waitBarrier(&full[stage], round & 1);  // TMA has written the whole stage\n", "")],
+        (ORDERING_GATE,), by_timing=(GATE,), hopper=True, racecheck_control=True),
+    "the producer does not wait for the consumers to empty a stage": Bug(
+        [("            waitBarrier(&empty[stage], (round & 1) ^ 1);  // the consumers' last use of it is over\n",
+          "")],
+        (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
+    "the descriptors' swizzle (64-byte) differs from the tensor maps' (128-byte)": Bug(
+        [("static_cast<uint64_t>(stride_bytes >> 4) << 32 | 1ull << 62;",
+          "static_cast<uint64_t>(stride_bytes >> 4) << 32 | 2ull << 62;")],
+        (GATE, ORDERING_GATE), hopper=True),
+    "wgmma.fence only before the first stage's MMAs": Bug(
+        [("        mmaFence();\n", "        if (k_tile == 0) mmaFence();\n")],
+        (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
+    "wgmma.wait_group before wgmma.commit_group": Bug(
+        [("        mmaCommit();\n        mmaWait<0>();", "        mmaWait<0>();\n        mmaCommit();")],
+        (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
+    "a stage handed back before its MMAs are waited for": Bug(
+        [("        mmaCommit();\n        mmaWait<0>();", "        mmaCommit();\n"
+          "        if (threadIdx.x % 32 == 0) arrive(&empty[stage]);\n        mmaWait<0>();"),
+         ("        if (threadIdx.x % 32 == 0) arrive(&empty[stage]);\n    }", "    }")],
+        (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
+    "the bias added at every stage of K": Bug(
+        [("const float2 bias = make_float2(operands.bias[col], operands.bias[col + 1]);",
+          "const float2 bias = make_float2(k_tiles * operands.bias[col], k_tiles * operands.bias[col + 1]);")],
+        (GATE, ORDERING_GATE), hopper=True),
 }
 
 # Each bug goes into both of fast/gate.cu's builds: the plain one, and the ordering
@@ -125,19 +171,20 @@ def verdict(bug, check, failed, reached):
     if not reached:
         return ("passes: below sm_90 it is not reached", True) if not failed else ("fails: NOT AS EXPECTED", False)
     if check in bug.by_timing:
-        return ("fails: caught" if failed else "passes: only the ordering build is sure to catch it"), True
+        return ("fails: caught" if failed else f"passes: only the {' and the '.join(bug.caught_by)} "
+                "is sure to catch it"), True
     expected = check in bug.caught_by
     if failed == expected:
         return ("fails: caught" if failed else "passes, as it should"), True
     return f"{'fails' if failed else 'passes'}: NOT AS EXPECTED", False
 
 
-def run_racecheck(folder):
+def run_racecheck(folder, arguments=()):
     """compute-sanitizer's racecheck on the plain gate in `folder`: (whether it
     reported a hazard, its summary line), or (None, why) where it gave no summary. A
     hazard, not the exit status, is what counts: the status is also 1 where the gate
     itself fails or the tool cannot start."""
-    racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "./gate"], cwd=folder,
+    racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "./gate", *arguments], cwd=folder,
                                capture_output=True, text=True)
     summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)",
                         racecheck.stdout)
@@ -146,50 +193,74 @@ def run_racecheck(folder):
     return sum(int(count) for count in summary.groups()) > 0, summary.group(0)
 
 
-def main():
+def run_gate(folder, program, arguments):
+    """(whether the gate failed, what it said) for one gate in `folder`; a gate past
+    GATE_TIMEOUT_S has failed."""
+    try:
+        gate = subprocess.run([f"./{program}", *arguments], cwd=folder, capture_output=True, text=True,
+                              timeout=GATE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return True, f"still running after {GATE_TIMEOUT_S} s: killed"
+    failing = [line.strip() for line in gate.stdout.splitlines() if "FAIL" in line]
+    return gate.returncode != 0, f"{len(failing)} failing lines" + (f", e.g. {failing[0]}" if failing else "")
+
+
+def main(part):
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
+    hopper = part == "hopper"
+    if hopper and (major, minor) != (9, 0):
+        sys.exit(f"planted_bugs.py hopper needs a card of capability 9.0 (this one: {major}.{minor}), "
+                 "where the Hopper kernel runs; nothing was checked.")
+    # The Hopper part's gates hold sm_90a code (the only code with the kernel's body)
+    # and check its plans alone; version 1's, the card's own architecture, everything.
+    architecture = "90a" if hopper else f"{major}{minor}"
+    gate_arguments = ["--hopper"] if hopper else []
+    bugs = {name: bug for name, bug in BUGS.items() if bug.hopper == hopper or not bug.edits}
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
         folders, builds = {}, {}
-        for index, (name, bug) in enumerate(BUGS.items()):
+        for index, (name, bug) in enumerate(bugs.items()):
             folders[name] = os.path.join(scratch, f"bug{index}")
             copy_with_bug(folders[name], name, bug.edits)
             for check, (program, flags) in GATES.items():
                 builds[name, check] = subprocess.Popen(
-                    [nvcc(), "-O3", "-gencode", f"arch=compute_{major}{minor},code=sm_{major}{minor}", *flags,
+                    [nvcc(), "-O3", "-gencode", f"arch=compute_{architecture},code=sm_{architecture}", *flags,
                      "-o", program, os.path.join("fast", "gate.cu")], cwd=folders[name])
         unexpected = 0
-        for name, bug in BUGS.items():  # the PTX is read while the gates build
+        for name, bug in bugs.items():  # the PTX is read while the gates build
             reached = not bug.sm_90_only or major >= 9
             # check -> (whether it failed, what it said); None where it could not run,
             # which is never a catch: a planted edit that breaks the build proves nothing.
             results = {}
+            static_check, read_ptx = (WGMMA_ORDER, order_problems) if hopper else (WARP_BARRIERS, missing_barriers)
             try:
-                problems = missing_barriers(folders[name])
-                results[WARP_BARRIERS] = (bool(problems), problems[0].splitlines()[0] if problems else "")
+                problems = read_ptx(folders[name])
+                results[static_check] = (bool(problems), problems[0].splitlines()[0] if problems else "")
             except subprocess.CalledProcessError as error:
-                results[WARP_BARRIERS] = (None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
+                results[static_check] = (None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
             for check, (program, _) in GATES.items():
                 if builds[name, check].wait() != 0:
                     results[check] = (None, f"the {program} did not build")
                     continue
-                gate = subprocess.run([f"./{program}"], cwd=folders[name], capture_output=True, text=True)
-                failing = [line.strip() for line in gate.stdout.splitlines() if "FAIL" in line]
-                results[check] = (gate.returncode != 0, f"{len(failing)} failing lines"
-                                  + (f", e.g. {failing[0]}" if failing else ""))
-            if (RACECHECK in bug.caught_by or not bug.edits) and results[GATE][0] is not None:
+                results[check] = run_gate(folders[name], program, gate_arguments)
+            if (RACECHECK in bug.caught_by or not bug.edits) and not hopper and results[GATE][0] is not None:
                 results[RACECHECK] = run_racecheck(folders[name])
             for check, (failed, detail) in results.items():
                 if failed is None:
                     meaning, as_expected = "could not run: NOT AS EXPECTED", False
                 else:
-                    meaning, as_expected = verdict(bug, check, failed, reached or check == WARP_BARRIERS)
+                    meaning, as_expected = verdict(bug, check, failed, reached or check in (WARP_BARRIERS, WGMMA_ORDER))
                 unexpected += not as_expected
                 print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""), flush=True)
+            if hopper and (bug.racecheck_control or not bug.edits) and results[GATE][0] is not None:
+                _, summary = run_racecheck(folders[name], gate_arguments + ["--small"])
+                print(f"{name:<54} {'racecheck':<14} control, not a verdict: {summary}", flush=True)
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] not in ([], ["hopper"]):
+        sys.exit("usage: python fast/planted_bugs.py [hopper]")
+    main("hopper" if sys.argv[1:] == ["hopper"] else "wmma")
