@@ -45,7 +45,7 @@ from wgmma_order import order_problems  # noqa: E402
 
 GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = "gate", "ordering gate", "warp barriers", "racecheck"
 WGMMA_ORDER = "wgmma order"
-GATE_TIMEOUT_S = 120
+GATE_TIMEOUT_S = 30  # a gate of the Hopper plans alone runs in about 10 s, its ordering build too
 
 
 class Bug(NamedTuple):
@@ -184,8 +184,11 @@ def run_racecheck(folder, arguments=()):
     reported a hazard, its summary line), or (None, why) where it gave no summary. A
     hazard, not the exit status, is what counts: the status is also 1 where the gate
     itself fails or the tool cannot start."""
-    racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "./gate", *arguments], cwd=folder,
-                               capture_output=True, text=True)
+    try:
+        racecheck = subprocess.run(["compute-sanitizer", "--tool", "racecheck", "./gate", *arguments], cwd=folder,
+                                   capture_output=True, text=True, timeout=2 * GATE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, f"no racecheck summary: still running after {2 * GATE_TIMEOUT_S} s, killed"
     summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)",
                         racecheck.stdout)
     if not summary:
