@@ -22,12 +22,12 @@
 #                                         # for sm_90a, its launcher chosen and forced,
 #                                         # its ordering build, memcheck and synccheck
 #                                         # at shapes up to 512, wgmma_order.py and the
-#                                         # Hopper planted bugs; the extension as an
-#                                         # H100's user builds it (no
-#                                         # TORCH_CUDA_ARCH_LIST): HGMMA in its SASS, the
-#                                         # table forced to each kernel and chosen, and
-#                                         # for 7.5+PTX (the T4's code); a switch it
-#                                         # refuses; bench.py's forward table
+#                                         # Hopper planted bugs
+#   bash fast/gpu_check.sh hopper-tables OUT  # the extension as an H100's user builds
+#                                         # it (no TORCH_CUDA_ARCH_LIST): HGMMA in its
+#                                         # SASS, the table forced to each kernel and
+#                                         # chosen, and for 7.5+PTX (the T4's code); a
+#                                         # switch it refuses; bench.py's forward table
 #
 # Run it from anywhere; it works in the lesson's folder (fast/..). Each step's output
 # goes to the console and to OUT/PART.log; the exit status is the number of steps that
@@ -36,8 +36,8 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75 | hopper) [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; } ;;
-    *) echo "usage: bash fast/gpu_check.sh gate|bench|forward|compute75|hopper OUT" >&2; exit 2 ;;
+    gate | bench | forward | compute75 | hopper | hopper-tables) [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; } ;;
+    *) echo "usage: bash fast/gpu_check.sh gate|bench|forward|compute75|hopper|hopper-tables OUT" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."   # the lesson's folder, where fast/ is
 mkdir -p "$out"
@@ -170,6 +170,9 @@ if [ "$part" = hopper ]; then
     done
     step wgmma-order python3 fast/wgmma_order.py
     step planted-bugs-hopper python3 fast/planted_bugs.py hopper
+fi
+
+if [ "$part" = hopper-tables ]; then
     # The list a user's H100 or H200 gets from its card, 9.0+PTX: plain sm_90 code, to
     # which fast_op.py adds sm_90a; the driver must choose the latter for the kernel to run.
     export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
