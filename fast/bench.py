@@ -327,7 +327,7 @@ def forward_table(base):
             Line("lesson", "op.wmma_mm(a, b)", lambda: op.wmma_mm(a, b),
                  forward_error(True, reference, magnitude, k)),
             Line("fast", "fast_op.wmma_mm(a, b)", lambda: fast_op.wmma_mm(a, b),
-                 forward_error(True, reference, magnitude, k)),
+                 forward_error(True, reference, magnitude, k), "auto"),
             *[Line("fast", f"  DAY87_FAST_KERNEL={kernel}", lambda: fast_op.wmma_mm(a, b),
                    forward_error(True, reference, magnitude, k), kernel) for kernel in forced],
             Line("cuBLAS", label, lambda: function(a, b), forward_error(graded, reference, magnitude, k)),

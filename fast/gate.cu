@@ -17,7 +17,9 @@
 // reads before it waits reads NaN on every split shape, not only where the multiply
 // happens to be slow. The scaling kernel's block 0 holds as long before it writes its
 // largest magnitude, so a cast that does not wait at the grid's barrier reads that
-// block's poison:
+// block's poison. The Hopper kernel's stages start as NaN, its producer holds as
+// long before it first fills each stage, and each consumer a tenth of that before it
+// multiplies a stage:
 //   nvcc -O3 -arch=sm_80 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu && fast/gate_ordering
 //
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch, on any
@@ -39,20 +41,20 @@
 // is included.
 #ifdef DAY87_ORDERING_BUILD
 #include <cuda_runtime.h>
-__device__ void holdPartialResults() {
+__device__ void holdLong() {
     const long long start = clock64();
     while (clock64() - start < 200000) __nanosleep(1000);
 }
-#define DAY87_HOLD_PARTIAL_SUMS() holdPartialResults()
+#define DAY87_HOLD_PARTIAL_SUMS() holdLong()
 #define DAY87_HOLD_PARTIAL_MAXIMA()                \
     do {                                           \
-        if (blockIdx.x == 0) holdPartialResults(); \
+        if (blockIdx.x == 0) holdLong(); \
     } while (0)
 // The Hopper kernel's pipeline: its stages start as NaN (0xFFFF halves), written by
 // every thread and made visible to TMA and wgmma (the async proxy) before the
-// barriers' __syncthreads; the producer holds before each stage's first fill, and
-// each consumer before it multiplies a stage, 20,000 cycles (a tenth of the hold
-// above, and still many times a TMA copy's latency).
+// barriers' __syncthreads; the producer holds 200,000 cycles (holdLong) before each
+// stage's first fill, and each consumer 20,000 (holdBriefly: a tenth, and still many
+// times a TMA copy's latency) before it multiplies a stage.
 __device__ void holdBriefly() {
     const long long start = clock64();
     while (clock64() - start < 20000) __nanosleep(100);
@@ -65,7 +67,7 @@ __device__ void holdBriefly() {
     } while (0)
 #define DAY87_HOLD_HOPPER_PRODUCER(first_fill) \
     do {                                       \
-        if (first_fill) holdPartialResults();  \
+        if (first_fill) holdLong();  \
     } while (0)
 #define DAY87_HOLD_HOPPER_CONSUMER() holdBriefly()
 #endif
@@ -107,9 +109,9 @@ void referenceGemm(const std::vector<half>& a, const std::vector<half>& b,
 // ---------------------------------------------------------------------------
 // One shape through one launch
 // ---------------------------------------------------------------------------
-// How a check launches: a plan directly, K in `splits` runs, or the launcher, which
-// chooses both. The operands travel as fast/kernel.cu's GemmOperands, so an operand
-// added there changes nothing here.
+// How a check launches: a plan directly, K in `splits` runs (0 for a Hopper plan,
+// which never splits K), or the launcher, which chooses both. The operands travel as
+// fast/kernel.cu's GemmOperands, so an operand added there changes nothing here.
 using Launcher = cudaError_t (*)(const tuned::GemmOperands&, int splits, float* workspace, cudaStream_t);
 
 // The launcher that fast/binding.cpp calls, with its arguments taken from the operands.
@@ -198,7 +200,7 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     }
     const bool pass = finite && worst <= 1.0 && same_bits;
     char name[64];
-    if (launch == launchChosen)
+    if (launch == launchChosen || splits == 0)
         snprintf(name, sizeof(name), "%s%s%s", launcher_name, with_bias ? ", bias" : "", extremes ? ", FP16 edges" : "");
     else
         snprintf(name, sizeof(name), "%s, %d split(s)%s%s", launcher_name, splits, with_bias ? ", bias" : "",
@@ -241,19 +243,21 @@ cudaError_t launchHopper(const tuned::GemmOperands& operands, int, float*, cudaS
 // (K = 16, a single step; 48, one part-filled stage; 272, four whole stages and 16;
 // 320, five whole stages, one more than the ring holds); a K of 4096 (64 stages, so
 // each mbarrier completes 16 phases); more tiles than the card has SMs, so that
-// blocks wait for a second wave; the bias, whole and with a tail; FP16's edges.
+// blocks wait for a second wave (4096 x 2048: 256 wide tiles, 512 narrow, beside an
+// H200's 132 SMs); the bias, whole and with a tail; FP16's edges. Its lines name no
+// split: the Hopper kernel never splits K (splits 0 here: no workspace).
 template <class Plan>
 bool checkHopperPlan(const char* name, std::mt19937& generator) {
     const Launcher launch = launchHopper<Plan>;
     constexpr int kM = Plan::kBlockM, kN = Plan::kBlockN;
     bool pass = true;
-    for (int k : {16, 48, 272, 320}) pass &= checkShape(name, launch, 1, kM, kN, k, generator);
-    pass &= checkShape(name, launch, 1, 2 * kM, 2 * kN, 272, generator);
-    pass &= checkShape(name, launch, 1, 2 * kM, kN, 4096, generator);
-    pass &= checkShape(name, launch, 1, 2048, 2048, 80, generator);
-    for (int k : {48, 272}) pass &= checkShape(name, launch, 1, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
-    pass &= checkShape(name, launch, 1, 2 * kM, 2 * kN, 272, generator, false, /*extremes=*/true);
-    pass &= checkShape(name, launch, 1, 2 * kM, 2 * kN, 272, generator, true, /*extremes=*/true);
+    for (int k : {16, 48, 272, 320}) pass &= checkShape(name, launch, 0, kM, kN, k, generator);
+    pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator);
+    pass &= checkShape(name, launch, 0, 2 * kM, kN, 4096, generator);
+    pass &= checkShape(name, launch, 0, 4096, 2048, 80, generator);
+    for (int k : {48, 272}) pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
+    pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, false, /*extremes=*/true);
+    pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, true, /*extremes=*/true);
     return pass;
 }
 #endif
@@ -356,7 +360,7 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
 #ifdef DAY87_ORDERING_BUILD
-    const char* build = ", ordering build (partial results held before they are written)";
+    const char* build = ", ordering build (results held before they are written, Hopper stages poisoned)";
 #else
     const char* build = "";
 #endif
@@ -405,11 +409,12 @@ int main(int argc, char** argv) {
 
     // Through the launcher, without and with a bias: the lesson's two shapes, a K that
     // leaves a half-filled last stage, a single tile, a shape with several tile groups,
-    // one split ten ways on a large card and one too large to split. Each line says
+    // one split ten ways on a large card and one too large to split, and K = 0 (C is
+    // the bias, or zeros, whichever kernel DAY87_FAST_KERNEL forces). Each line says
     // what the launcher chose.
     const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48}, {128, 128, 16},
                              {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024}, {2048, 2048, 256},
-                             {4096, 2048, 128}};
+                             {4096, 2048, 128}, {256, 512, 0}};
     for (const auto& shape : shapes) {
         tuned::LaunchChoice choice;
         CUDA_CHECK(tuned::chooseLaunch(shape[0], shape[1], shape[2], &choice));
@@ -419,7 +424,12 @@ int main(int argc, char** argv) {
                            : choice.plan == tuned::PlanChoice::kHopperWide   ? "HopperWide"
                            : choice.plan == tuned::PlanChoice::kHopperNarrow ? "HopperNarrow"
                                                                              : "Square";
-        snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);
+        const bool hopper = choice.plan == tuned::PlanChoice::kHopperWide ||
+                            choice.plan == tuned::PlanChoice::kHopperNarrow;
+        if (hopper)  // the Hopper kernel never splits K
+            snprintf(name, sizeof(name), "launcher: %s", plan);
+        else
+            snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);
         for (bool with_bias : {false, true})
             all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator, with_bias);
     }

@@ -33,7 +33,7 @@
 // This file never exits and never waits for the caller's work: the launchers return
 // the launch status, and the caller (an operator that raises, or fast/gate.cu's
 // CUDA_CHECK) decides what an error means. The one wait is runsHopperCode's, once per
-// device, for a one-thread probe on a stream of its own.
+// device and thread, for a one-thread probe on a stream of its own.
 
 #include "../kernel.cu"
 
@@ -415,7 +415,6 @@ struct HopperPlan {
     static constexpr int kStageBytesB = kBlockK * kBlockN * 2;
     // Each wgmma below is m64n128k16: a consumer issues BlockN / 128 of them per step of 16.
     static constexpr int kMmasAcross = BlockN / 128;
-    static constexpr int kAccumulators = BlockN / 2;  // FP32 registers per consumer thread
     // The stages, then their 2 x Stages mbarriers, and 1 KB to align the first stage
     // to the 1024 bytes (eight 128-byte rows) that the swizzle pattern repeats over.
     static constexpr int kSharedBytes = Stages * (kStageBytesA + kStageBytesB) + 2 * Stages * 8 + 1024;
@@ -425,10 +424,11 @@ struct HopperPlan {
 };
 // Wide: 128 x 256, four stages (193 KB, one block per SM): per FLOP, a quarter less
 // of A and B read from L2 than 128 x 128. Narrow: for N that 256 does not divide, and
-// for grids that 256-wide tiles leave short of the card (chooseLaunch).
+// where wide tiles would take more than half as many waves of blocks as narrow ones
+// (chooseLaunch states the rule).
 using HopperWidePlan = HopperPlan<256, 4>;
 using HopperNarrowPlan = HopperPlan<128, 4>;
-static_assert(kTileM % HopperWidePlan::kBlockM == 0 && kTileN % HopperNarrowPlan::kBlockN == 0,
+static_assert(kTileM % HopperNarrowPlan::kBlockM == 0 && kTileN % HopperNarrowPlan::kBlockN == 0,
               "the narrow plan must tile every shape the contract admits");
 
 // ---- The pieces, each one PTX instruction -----------------------------------
@@ -544,6 +544,9 @@ __device__ __forceinline__ void mma64x128x16(float (&d)[64], uint64_t a_descript
 //     of K starts 2048 bytes in. An m64n128 MMA spans two boxes; the next one starts
 //     two boxes on.
 constexpr uint32_t kSwizzleGroupBytes = 1024;  // 8 rows of 128 bytes
+// A's leading offset is ignored (above), and the field must hold something: 16 bytes,
+// its unit, is what the PTX ISA's own examples write.
+constexpr uint32_t kIgnoredLeadingBytes = 16;
 
 // Whether the consumers wait for TMA and the producer for the consumers is not left
 // to timing: gate.cu's ordering build defines these to fill every stage with NaN
@@ -598,9 +601,9 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
         // The producer: one thread issues every copy; the other 127 have nothing to do.
         if (threadIdx.x != 0) return;
         for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-            const int stage = k_tile % Plan::kStages, round = k_tile / Plan::kStages;
-            waitBarrier(&empty[stage], (round & 1) ^ 1);  // the consumers' last use of it is over
-            DAY87_HOLD_HOPPER_PRODUCER(round == 0);
+            const int stage = k_tile % Plan::kStages, pass = k_tile / Plan::kStages;  // pass over the ring
+            waitBarrier(&empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over
+            DAY87_HOLD_HOPPER_PRODUCER(pass == 0);
             arriveExpectingBytes(&full[stage], Plan::kStageBytesA + Plan::kStageBytesB);
             copyBox(stages_a + stage * Plan::kStageBytesA, &map_a, k_tile * Plan::kBlockK,
                     tile_row * Plan::kBlockM, &full[stage]);
@@ -620,15 +623,15 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
         for (int i = 0; i < 64; ++i) accumulators[across][i] = 0.0f;
 
     for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-        const int stage = k_tile % Plan::kStages, round = k_tile / Plan::kStages;
-        waitBarrier(&full[stage], round & 1);  // TMA has written the whole stage
+        const int stage = k_tile % Plan::kStages, pass = k_tile / Plan::kStages;
+        waitBarrier(&full[stage], pass & 1);  // TMA has written the whole stage
         DAY87_HOLD_HOPPER_CONSUMER();
         const uint32_t stage_a = sharedAddress(stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
         const uint32_t stage_b = sharedAddress(stages_b + stage * Plan::kStageBytesB);
         mmaFence();
 #pragma unroll
         for (int step = 0; step < Plan::kBlockK / 16; ++step) {
-            const uint64_t a_descriptor = matrixDescriptor(stage_a + step * 32, 16, kSwizzleGroupBytes);
+            const uint64_t a_descriptor = matrixDescriptor(stage_a + step * 32, kIgnoredLeadingBytes, kSwizzleGroupBytes);
 #pragma unroll
             for (int across = 0; across < Plan::kMmasAcross; ++across)
                 mma64x128x16(accumulators[across],
@@ -656,7 +659,7 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
             const int col = tile_col * Plan::kBlockN + across * 128 + 8 * j + 2 * (lane % 4);
             float2 upper = make_float2(accumulators[across][4 * j], accumulators[across][4 * j + 1]);
             float2 lower = make_float2(accumulators[across][4 * j + 2], accumulators[across][4 * j + 3]);
-            if (operands.bias) {  // bias[j] is added to every row of column j, once
+            if (operands.bias) {  // bias[col] is added to every row of column col, once
                 const float2 bias = make_float2(operands.bias[col], operands.bias[col + 1]);
                 upper = make_float2(upper.x + bias.x, upper.y + bias.y);
                 lower = make_float2(lower.x + bias.x, lower.y + bias.y);
@@ -668,7 +671,7 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
 }
 
 // Whether this device runs sm_90a code: 1 only where the code that the driver chose
-// for it was compiled with the Hopper kernel's body. Read once per device
+// for it was compiled with the Hopper kernel's body. Read once per device and thread
 // (runsHopperCode, with the launchers).
 __device__ int hopper_code_ran;
 
@@ -688,9 +691,9 @@ __global__ void hopperCodeProbe() {
 // the driver runs on the device (the PTX architecture the kernels were compiled for:
 // 75 in a T4's build, and in a compute_75 build on any card), whether that code has
 // the Hopper kernel, and its number of SMs. Each thread asks the runtime once per
-// device and keeps the answer.
+// device and keeps the answer, for each device it uses (currentDeviceFacts).
 struct DeviceFacts {
-    int device;
+    bool known;             // asked already
     bool turing;            // code for below sm_80: no cp.async (TuringPlan)
     bool dependent_launch;  // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
     bool hopper;            // sm_90a code with hopperGemmKernel's body, and TMA's encoder
@@ -718,8 +721,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
 
 // Whether this device runs the Hopper kernel's body: only a card of capability 9.0 can,
 // and only where the library holds sm_90a code, which the driver may not pick when it
-// holds sm_90 code too. So hopperCodeProbe says which code ran, once per device, on a
-// stream of its own, waited for alone. Relaxed capture mode lets this run while the
+// holds sm_90 code too. So hopperCodeProbe says which code ran (once per device and
+// thread: currentDeviceFacts remembers), on a stream of its own, waited for alone. Relaxed capture mode lets this run while the
 // caller's stream is being captured into a CUDA graph: nothing of it joins the graph.
 cudaError_t runsHopperCode(int device, bool* hopper) {
     int major, minor;
@@ -747,12 +750,19 @@ cudaError_t runsHopperCode(int device, bool* hopper) {
 }
 #endif
 
+// One entry per device ordinal, so that a thread that alternates between devices
+// probes each once (runsHopperCode waits for its probe). A device past the last entry
+// is asked at every call: correct, only slower.
+constexpr int kDevicesRemembered = 64;
+
 cudaError_t currentDeviceFacts(DeviceFacts* facts) {
-    thread_local DeviceFacts cached{-1, false, false, false, 0};
+    thread_local DeviceFacts remembered[kDevicesRemembered] = {};
     int device;
     cudaError_t status = cudaGetDevice(&device);
     if (status != cudaSuccess) return status;
-    if (cached.device != device) {
+    DeviceFacts asked{};
+    DeviceFacts& cached = device < kDevicesRemembered ? remembered[device] : asked;
+    if (!cached.known) {
         cudaFuncAttributes compiled;
         if ((status = cudaFuncGetAttributes(&compiled, splitSumKernel)) != cudaSuccess) return status;
         int multiprocessors;
@@ -762,7 +772,7 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
 #if CUDART_VERSION >= 12000
         if ((status = runsHopperCode(device, &hopper)) != cudaSuccess) return status;
 #endif
-        cached = DeviceFacts{device, compiled.ptxVersion < 80,
+        cached = DeviceFacts{true, compiled.ptxVersion < 80,
                              compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, hopper, multiprocessors};
     }
     *facts = cached;
@@ -900,10 +910,12 @@ struct LaunchChoice {
 // The Hopper kernel, where the device runs it, takes every grid of at least as many
 // 128 x 128 tiles as SMs; smaller grids stay with version 1's small tiles and split K
 // (the Hopper kernel does not split K, and loses there: checks/NOTES.md, "The Hopper
-// kernel"). Its wide tile, where N allows, unless it costs more waves of blocks: a
-// wave of wide tiles takes about two of narrow ones (2048^3: one wave of 128 wide
-// tiles, two of 256 narrow ones; the wide ones measured faster). Forced, it takes
-// every shape, wide where N allows.
+// kernel"). Its wide tile where 256 divides N and the wide grid takes at most half as
+// many waves of blocks as the narrow one (a wave of wide tiles lasts about two of
+// narrow ones; 2048^3: one wave of 128 wide tiles against two of 256 narrow ones, and
+// the wide ones measured faster); else the narrow tile. Forced, it takes
+// every shape, wide where N allows, but K = 0: a tensor map of no columns cannot be
+// encoded, and version 1 writes the bias (or zeros) there.
 constexpr int kMinStagesPerSplit = 2;
 constexpr int kMinDepthToSplit = 256;
 
@@ -916,7 +928,7 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
         return cudaErrorInvalidValue;  // kernelSwitchProblem says why
     const int large_tiles = (m / kTileM) * (n / kTileN);
 #if CUDART_VERSION >= 12000
-    if (facts.hopper && wanted != KernelSwitch::kWmma &&
+    if (facts.hopper && wanted != KernelSwitch::kWmma && k > 0 &&
         (wanted == KernelSwitch::kHopper || large_tiles >= facts.multiprocessors)) {
         const auto waves = [&](int tiles) { return (tiles + facts.multiprocessors - 1) / facts.multiprocessors; };
         const bool wide = n % HopperWidePlan::kBlockN == 0 &&
@@ -960,6 +972,11 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
     LaunchChoice choice;
     const cudaError_t status = chooseLaunch(operands.m, operands.n, operands.k, &choice);
     if (status != cudaSuccess) return status;
+    // DAY87_FAST_KERNEL is read again here: set to hopper while the caller sized the
+    // workspace and unset since, it leaves a split with no workspace, refused here.
+    // (Where both readings split K, they split it alike: auto and wmma choose version
+    // 1's plans by the same rule.)
+    if (choice.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
     switch (choice.plan) {
         case PlanChoice::kTuring: return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);
         case PlanChoice::kSmallGrid: return launchPlan<SmallGridPlan>(operands, choice.splits, workspace, stream);

@@ -13,10 +13,16 @@ one compiler:
     needs it finished: the accumulators read (the epilogue's st.global), the stage
     handed back to the producer (mbarrier.arrive), the kernel's end;
   - no wait that leaves MMAs uncommitted behind it.
+The model is the kernel's own, stricter than the ISA in two ways: every group that
+starts with no group open begins with a fence (the ISA lets MMAs of one shape on the
+same accumulators follow each other unfenced), and results are used only after
+wait_group 0 (a kernel that hands a stage back after wait_group 1, keeping one group
+in flight, would need the walk to count groups). A fence is tracked apart from the
+groups, so a fence after a wait_group 1 counts for the next group.
 This check compiles fast/kernel.cu to PTX for compute_90a (the only target where the
 kernel has a body) and follows every path through each hopperGemmKernel, branches and
-loops included, tracking which of those states each instruction can be reached in.
-Any MMA state error on any path is a problem. A kernel with no MMA, no fence, no
+loops included, tracking which states each instruction can be reached in. Any MMA
+state error on any path is a problem. A kernel with no MMA, no fence, no
 commit or no wait at all is one too: then there is nothing to judge. It exits 0 when
 every kernel's MMAs are in order, 1 otherwise.
 """
@@ -38,8 +44,10 @@ WAIT = re.compile(r"^\s*wgmma\.wait_group\S*\s+(\d+);")
 # What needs every MMA finished: a stage handed back, a store of the accumulators.
 NEEDS_RESULTS = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:mbarrier\.arrive\.shared|st\.global)\b")
 
-# The states: no MMA outstanding, fenced, MMAs issued, a group committed.
-IDLE, FENCED, ISSUED, COMMITTED = "no MMA outstanding", "fenced", "MMAs issued", "committed"
+# A state is (the groups' state, whether a fence is waiting for the next group). The
+# groups: no MMA outstanding, MMAs issued (a group open), groups committed.
+IDLE, ISSUED, COMMITTED = "no MMA outstanding", "MMAs issued", "committed"
+START = (IDLE, False)
 
 
 def kernel_bodies(ptx):
@@ -54,23 +62,25 @@ def kernel_bodies(ptx):
 
 
 def step(state, line):
-    """(the state after `line` from `state`, or None where it leaves it as it is; the
-    problem it shows, or None)."""
+    """(the state after `line` from `state`; the problem it shows, or None)."""
+    groups, fenced = state
     if FENCE.match(line):
-        return (FENCED if state in (IDLE, FENCED) else state), None
+        return (groups, True), None
     if MMA.match(line):
-        return ISSUED, (None if state in (FENCED, ISSUED) else f"an MMA with no wgmma.fence before it ({state})")
+        if groups == ISSUED:  # the open group goes on
+            return state, None
+        return (ISSUED, False), (None if fenced else f"an MMA opens a group with no wgmma.fence before it ({groups})")
     if COMMIT.match(line):
-        return (COMMITTED if state in (ISSUED, COMMITTED) else state), None
+        return (COMMITTED if groups == ISSUED else groups, fenced), None
     wait = WAIT.match(line)
     if wait:
-        if state == ISSUED:
+        if groups == ISSUED:
             return state, "a wgmma.wait_group with MMAs not committed"
-        return (IDLE if wait.group(1) == "0" else state), None
-    if NEEDS_RESULTS.match(line) and state in (ISSUED, COMMITTED):
-        return state, f"'{line.strip()[:60]}' while MMAs may still run ({state}, no wgmma.wait_group 0)"
-    if END.match(line) and state in (ISSUED, COMMITTED):
-        return state, f"the kernel ends while MMAs may still run ({state})"
+        return (IDLE if wait.group(1) == "0" else groups, fenced), None
+    if NEEDS_RESULTS.match(line) and groups != IDLE:
+        return state, f"'{line.strip()[:60]}' while MMAs may still run ({groups}, no wgmma.wait_group 0)"
+    if END.match(line) and groups != IDLE:
+        return state, f"the kernel ends while MMAs may still run ({groups})"
     return state, None
 
 
@@ -94,7 +104,7 @@ def order_problems_in(name, lines):
             problems.append(f"{name}: a branch this check cannot read: {lines[i].strip()}")
         return [] if END.match(lines[i]) else [i + 1]
 
-    arriving = {0: {IDLE}}  # instruction -> the states it can be reached in
+    arriving = {0: {START}}  # instruction -> the states it can be reached in
     pending = [0]
     while pending:
         i = pending.pop()
