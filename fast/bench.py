@@ -50,7 +50,8 @@ C. The backward alone at the same shapes: the lesson's op.py _backward (two FP32
    FP16 grad @ w.t() and x.t() @ grad, and those two compiled.
 D. Day 88's question, a bias in the kernel's store or added after: the fast tier's
    fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
-   add, that compiled, and FP16 addmm.
+   add, that compiled, and FP16 addmm; timed in the listed order and again in
+   reverse, each GPU time and ratio printed for both.
 After each table, the seconds that torch.compile spent compiling and autotuning
 for it: what its line costs before its first useful call (less on a second run,
 which finds inductor's caches on disk).
@@ -238,19 +239,32 @@ def runs_hopper_kernel():
             return False
 
 
-def print_block(shape, lines, calls):
-    """Check each line's output against float64, time it, and print the block."""
-    results = []
-    for line in lines:
-        with fast_kernel(line.kernel):
-            error = line.error(line.call())
-            results.append((line, timing.measure(line.call, calls), error))
-    base = next(figures.gpu for line, figures, _ in results if line.kind == "cuBLAS")
-    print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH)
-          + f"{'wall us':>10}{'host us':>10}{'GPU us':>10}{'GPU/cuBLAS':>12}  error vs float64")
-    for line, figures, error in results:
-        print(f"  {line.kind:<9}{line.label:<{LABEL_WIDTH}}{figures.wall:>10.1f}{figures.host:>10.1f}"
-              f"{figures.gpu:>10.2f}{figures.gpu / base:>12.2f}  {error}")
+def print_block(shape, lines, calls, both_orders=False):
+    """Check each line's output against float64, time it, and print the block. With
+    both_orders, the lines are timed again in reverse order, and each GPU column is
+    printed for either order: a lead that holds in both is not the order's."""
+    errors, timings = {}, {index: [] for index in range(len(lines))}
+    orders = [range(len(lines))] + ([range(len(lines) - 1, -1, -1)] if both_orders else [])
+    for order in orders:
+        for index in order:
+            line = lines[index]
+            with fast_kernel(line.kernel):
+                if index not in errors:
+                    errors[index] = line.error(line.call())
+                timings[index].append(timing.measure(line.call, calls))
+    cublas = next(index for index, line in enumerate(lines) if line.kind == "cuBLAS")
+    bases = [figures.gpu for figures in timings[cublas]]
+    gpu_heads = ["GPU us", "reversed"][:len(orders)]
+    ratio_heads = ["GPU/cuBLAS", "reversed"][:len(orders)]
+    print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH) + f"{'wall us':>10}{'host us':>10}"
+          + "".join(f"{head:>10}" for head in gpu_heads) + "".join(f"{head:>12}" for head in ratio_heads)
+          + "  error vs float64")
+    for index, line in enumerate(lines):
+        first = timings[index][0]
+        print(f"  {line.kind:<9}{line.label:<{LABEL_WIDTH}}{first.wall:>10.1f}{first.host:>10.1f}"
+              + "".join(f"{figures.gpu:>10.2f}" for figures in timings[index])
+              + "".join(f"{figures.gpu / base:>12.2f}" for figures, base in zip(timings[index], bases))
+              + f"  {errors[index]}")
     print(flush=True)
 
 
@@ -415,7 +429,7 @@ def day88_table(base):
                  forward_error(peer_graded, reference, magnitude, k + 1)),
             Line("fp16", "torch.addmm(bias16, a, b)", lambda: torch.addmm(bias16, a, b),
                  forward_error(False, reference, magnitude, k + 1)),
-        ], timing.calls_for(m, n, k))
+        ], timing.calls_for(m, n, k), both_orders=True)
     compiler.report()
 
 

@@ -4,6 +4,9 @@ process of its own.
 
     python fast/figures_hold.py                              # against 30bd5dd, exported from this repository
     python fast/figures_hold.py --baseline-commit COMMIT     # against another commit
+    python fast/figures_hold.py --baseline-commit COMMIT --baseline-fast
+                                                             # against that commit's fast/
+                                                             # (and its lesson files)
     python fast/figures_hold.py --baseline-folder DIR        # DIR: the commit's op.py, kernel.cu and
                                                              # binding.cpp, exported beforehand
     python fast/figures_hold.py --child FOLDER MODULE        # one side's figures, one JSON line
@@ -41,6 +44,12 @@ hash of its kernel.cu and binding.cpp (day87-HASH, then and now), so 30bd5dd's
 sources and the lesson's land in different folders; the parent checks that no
 library was loaded by both sides. wmma_mm_bias did not exist at 30bd5dd and is not
 compared.
+
+With --baseline-fast the earlier side is the commit's own fast tier: its fast/ and
+the lesson files it builds on (BASELINE_FAST_FILES), exported the same way (or a
+copy of them in --baseline-folder), timed through its fast_op. Both sides then
+serve day87_fast, each in its own process, and both may load the same lesson
+library; only the libraries of the namespace timed must differ.
 """
 
 import argparse
@@ -59,6 +68,7 @@ FAST = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(FAST)
 BASELINE_COMMIT = "30bd5dd"
 BASELINE_FILES = ("op.py", "kernel.cu", "binding.cpp")  # what 30bd5dd's op.py builds and loads
+BASELINE_FAST_FILES = (*BASELINE_FILES, "fast")  # a later commit's fast tier and the lesson it imports
 # Each side's module and the namespace of its operators: 30bd5dd's op.py served
 # day87 with the tensor-core backward; now fast_op.py serves day87_fast.
 NAMESPACES = {"op": "day87", "fast_op": "day87_fast"}
@@ -111,9 +121,9 @@ def stop(message):
     sys.exit(2)
 
 
-def export(repository, commit, folder):
-    """BASELINE_FILES at `commit`, from `repository`'s git, into `folder`."""
-    archive = subprocess.run(["git", "-C", repository, "archive", "--format=tar", commit, *BASELINE_FILES],
+def export(repository, commit, folder, paths):
+    """`paths` at `commit`, from `repository`'s git, into `folder`."""
+    archive = subprocess.run(["git", "-C", repository, "archive", "--format=tar", commit, *paths],
                              capture_output=True)
     if archive.returncode != 0:
         stop(f"git archive {commit} failed in {repository}: {archive.stderr.decode().strip()}. "
@@ -130,6 +140,13 @@ def run_side(folder, module_name):
         print(result.stdout)
         stop(f"the child for {module_name} from {folder} failed (exit {result.returncode})")
     return json.loads(lines[-1][len(CHILD_MARK):])
+
+
+def libraries_of(side, namespace):
+    """The libraries a side loaded, or only those serving `namespace` (op.py's build
+    folders are named NAMESPACE-HASH, fast_op.py's too, through the lesson's build)."""
+    return [library for library in side["libraries"]
+            if namespace is None or os.path.basename(os.path.dirname(library)).startswith(namespace + "-")]
 
 
 def verdict(ratios):
@@ -174,17 +191,21 @@ def parent(arguments):
         return 0
     with tempfile.TemporaryDirectory(prefix="figures-hold-") as scratch:
         folder = arguments.baseline_folder
+        paths = BASELINE_FAST_FILES if arguments.baseline_fast else BASELINE_FILES
         if folder is None:
             folder = scratch
-            export(arguments.repository, arguments.baseline_commit, folder)
-        if not os.path.exists(os.path.join(folder, "op.py")):
-            stop(f"{folder} holds no op.py; it needs {', '.join(BASELINE_FILES)} at {arguments.baseline_commit}")
-        sides = {"baseline": (folder, "op"), "now": (FAST, "fast_op")}
+            export(arguments.repository, arguments.baseline_commit, folder, paths)
+        baseline = (os.path.join(folder, "fast"), "fast_op") if arguments.baseline_fast else (folder, "op")
+        if not os.path.exists(os.path.join(baseline[0], baseline[1] + ".py")):
+            stop(f"{baseline[0]} holds no {baseline[1]}.py; it needs {', '.join(paths)} at {arguments.baseline_commit}")
+        sides = {"baseline": baseline, "now": (FAST, "fast_op")}
         pairs = []
         for order in (("baseline", "now"), ("now", "baseline")):
             pairs.append({side: run_side(*sides[side]) for side in order})
     for pair in pairs:
-        shared = set(pair["baseline"]["libraries"]) & set(pair["now"]["libraries"])
+        # Two fast tiers share the lesson's library; the operator timed must not be one.
+        namespace = NAMESPACES["fast_op"] if arguments.baseline_fast else None
+        shared = set(libraries_of(pair["baseline"], namespace)) & set(libraries_of(pair["now"], namespace))
         if shared:
             stop(f"both sides loaded {', '.join(sorted(shared))}: they are not two operators")
     return 1 if report(arguments.baseline_commit, pairs) else 0
@@ -195,7 +216,10 @@ def main():
     parser.add_argument("--baseline-commit", default=BASELINE_COMMIT,
                         help=f"the commit compared with (default {BASELINE_COMMIT}); with --baseline-folder, "
                         "the commit that folder holds, named in the table")
-    parser.add_argument("--baseline-folder", help="a folder holding the commit's op.py, kernel.cu, binding.cpp")
+    parser.add_argument("--baseline-folder", help="a folder holding the commit's op.py, kernel.cu, binding.cpp "
+                        "(and fast/, with --baseline-fast)")
+    parser.add_argument("--baseline-fast", action="store_true",
+                        help="compare with the commit's fast tier (its fast/ and lesson files), not its op.py")
     parser.add_argument("--repository", default=REPOSITORY, help="where to export the commit from (git)")
     parser.add_argument("--child", nargs=2, metavar=("FOLDER", "MODULE"), help="one side's figures (internal)")
     arguments = parser.parse_args()
