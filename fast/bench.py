@@ -459,8 +459,12 @@ def build_times():
         lesson_cold, fast_cold = seconds(cold_probe, environment)
         warm = [seconds(warm_probe, environment) for _ in range(5)]
     torch_import, op_import, fast_import = (statistics.median(sample[i] for sample in warm) for i in range(3))
-    what = f"architectures {fast_op.BUILD['archs']}" if fast_op.BUILD["with_cuda"] else "CPU part only"
-    print(f"cold build ({what}): the lesson's extension {lesson_cold:.1f} s, then the fast tier's {fast_cold:.1f} s")
+    if fast_op.BUILD["with_cuda"]:
+        print(f"cold build: the lesson's extension (architectures {fast_op.op.BUILD['archs']}) {lesson_cold:.1f} s, "
+              f"then the fast tier's ({fast_op.BUILD['archs']}) {fast_cold:.1f} s")
+    else:
+        print(f"cold build (the CPU part only): the lesson's extension {lesson_cold:.1f} s, "
+              f"then the fast tier's {fast_cold:.1f} s")
     print(f"warm import: import torch {torch_import:.3f} s, import op {op_import:.3f} s, "
           f"then import fast_op {fast_import:.3f} s")
 

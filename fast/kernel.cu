@@ -550,11 +550,12 @@ constexpr uint32_t kIgnoredLeadingBytes = 16;
 
 // Whether the consumers wait for TMA and the producer for the consumers is not left
 // to timing: gate.cu's ordering build defines these to fill every stage with NaN
-// before the pipeline starts (so a stage read before TMA wrote it reads NaN), to hold
-// the producer before it fills each stage the first time (so a consumer that does not
-// wait for `full` reads that NaN), and to hold each consumer before it multiplies a
-// stage (so a producer that does not wait for `empty` has overwritten it by then).
-// Everywhere else they are nothing.
+// before the pipeline starts, to hold the producer before it fills each stage the
+// first time (so a consumer that does not wait for `full` reads that NaN), and to
+// hold each consumer before it multiplies a stage (so a producer that does not wait
+// for `empty` has overwritten it by then). Either bug also loses an mbarrier's count,
+// so the gate may hang instead: a time limit (planted_bugs.py's) makes that a
+// failure too. Everywhere else they are nothing.
 #ifndef DAY87_POISON_HOPPER_STAGES
 #define DAY87_POISON_HOPPER_STAGES(stages, bytes)
 #define DAY87_HOLD_HOPPER_PRODUCER(first_fill)
@@ -722,8 +723,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
 // Whether this device runs the Hopper kernel's body: only a card of capability 9.0 can,
 // and only where the library holds sm_90a code, which the driver may not pick when it
 // holds sm_90 code too. So hopperCodeProbe says which code ran (once per device and
-// thread: currentDeviceFacts remembers), on a stream of its own, waited for alone. Relaxed capture mode lets this run while the
-// caller's stream is being captured into a CUDA graph: nothing of it joins the graph.
+// thread: currentDeviceFacts remembers), on a stream of its own, waited for alone.
+// Relaxed capture mode lets this run while the caller's stream is being captured into
+// a CUDA graph: nothing of it joins the graph.
 cudaError_t runsHopperCode(int device, bool* hopper) {
     int major, minor;
     cudaError_t status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
@@ -972,10 +974,10 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
     LaunchChoice choice;
     const cudaError_t status = chooseLaunch(operands.m, operands.n, operands.k, &choice);
     if (status != cudaSuccess) return status;
-    // DAY87_FAST_KERNEL is read again here: set to hopper while the caller sized the
-    // workspace and unset since, it leaves a split with no workspace, refused here.
-    // (Where both readings split K, they split it alike: auto and wmma choose version
-    // 1's plans by the same rule.)
+    // The caller sized the workspace from an earlier reading of DAY87_FAST_KERNEL; if
+    // another thread changed it since (hopper then, unset now), a split may have no
+    // workspace: refused. (Where both readings split K, they split it alike: auto and
+    // wmma choose version 1's plans by the same rule.)
     if (choice.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
     switch (choice.plan) {
         case PlanChoice::kTuring: return launchPlan<TuringPlan>(operands, choice.splits, workspace, stream);

@@ -21,10 +21,11 @@ alone; the ordering build starts every stage as NaN, holds the producer before e
 stage's first fill and each consumer before it multiplies a stage), and
 fast/wgmma_order.py, which reads the PTX for fenced, committed and waited-for MMAs.
 In that part a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
-barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs there as a control, on
-the copy with no bug and on the consumer that does not wait, at shapes up to 512: its
-hazard count is printed, and is no verdict either way, because whether racecheck sees
-what TMA writes and wgmma reads is what the control is for.
+barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs
+there as a control, on the copy with no bug and on the consumer that does not wait,
+at shapes up to 512: its hazard count is printed, and is no verdict either way,
+because whether racecheck sees what TMA writes and wgmma reads is what the control
+is for.
 """
 
 import os
@@ -118,9 +119,10 @@ BUGS = {
         [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
           "                                    wmma::mem_row_major);\n")],
         (RACECHECK, WARP_BARRIERS)),
-    # The Hopper kernel's. The first three and the last are wrong results on every run
-    # (the ordering build makes the first two so); the three between are what no
-    # run is sure to show, so the gates may catch them or not, and the PTX must.
+    # The Hopper kernel's. The first three and the last fail a gate on every run: the
+    # first two by a wrong result (NaN) or a hang, which the time limit turns into a
+    # failure, in the ordering build; the three between are what no run is sure to
+    # show, so the gates may catch them or not, and the PTX must.
     "a consumer does not wait for TMA to fill its stage": Bug(
         [("        waitBarrier(&full[stage], pass & 1);  // TMA has written the whole stage\n", "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True, racecheck_control=True),
@@ -186,8 +188,11 @@ def verdict(bug, check, failed, reached):
 
 def run_limited(command, folder, limit_s):
     """`command` run in `folder`: its CompletedProcess, or None where it ran past
-    limit_s (None: no limit). It runs in a session of its own, so that a kill reaches
-    what it started too (racecheck's gate is its child)."""
+    limit_s (None: no limit). It runs in a process group of its own
+    (start_new_session), so that a kill reaches what it started too (racecheck's
+    gate is its child); and since Ctrl-C then reaches this script alone, an
+    interrupted run kills the group before it stops, leaving no gate spinning on
+    the GPU."""
     process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
@@ -196,6 +201,10 @@ def run_limited(command, folder, limit_s):
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         return None
+    except BaseException:  # Ctrl-C, or anything else that stops this script
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 

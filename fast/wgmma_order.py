@@ -17,8 +17,10 @@ The model is the kernel's own, stricter than the ISA in two ways: every group th
 starts with no group open begins with a fence (the ISA lets MMAs of one shape on the
 same accumulators follow each other unfenced), and results are used only after
 wait_group 0 (a kernel that hands a stage back after wait_group 1, keeping one group
-in flight, would need the walk to count groups). A fence is tracked apart from the
-groups, so a fence after a wait_group 1 counts for the next group.
+in flight, would need the walk to count groups). It is laxer in one: it does not see
+ordinary register accesses, so a fence counts for the next group whatever runs between
+them (the zeros written after it, a wait_group and the stores included). A fence is
+tracked apart from the groups, so a fence after a wait_group 1 opens the next group.
 This check compiles fast/kernel.cu to PTX for compute_90a (the only target where the
 kernel has a body) and follows every path through each hopperGemmKernel, branches and
 loops included, tracking which states each instruction can be reached in. Any MMA
