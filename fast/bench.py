@@ -39,9 +39,10 @@ NaN, says FAIL); for an FP16 output (FP16 addmm's, and every line's gradients in
 tables B and C), which that bound does not cover, the word FP16 and the relative
 error ||out - float64|| / ||float64||, not graded.
 
-A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3 and
-   8192 x 4096 x 4096: the fast tier as it chooses, and then with each of its
-   kernels forced (DAY87_FAST_KERNEL=wmma, and =hopper where the card runs it).
+A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3,
+   8192 x 4096 x 4096 and 8192^3: the fast tier as it chooses, and then with each
+   of its kernels forced (DAY87_FAST_KERNEL=wmma, and =hopper and =persistent where
+   the card runs them); GPU times taken in turn, as in table D.
 B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
    torch.autograd.grad(forward(x, w), (x, w), grad): the operators with an FP32
    grad, as their FP32 output has, the FP16 paths with an FP16 one.
@@ -50,8 +51,9 @@ C. The backward alone at the same shapes: the lesson's op.py _backward (two FP32
    FP16 grad @ w.t() and x.t() @ grad, and those two compiled.
 D. Day 88's question, a bias in the kernel's store or added after: the fast tier's
    fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
-   add, that compiled, and FP16 addmm; timed in the listed order and again in
-   reverse, each GPU time and ratio printed for both.
+   add, that compiled, and FP16 addmm; the lines' GPU times taken in turn, in the
+   listed order and in reverse (timing.graphs_in_turn), each GPU time and ratio
+   printed for both directions.
 After each table, the seconds that torch.compile spent compiling and autotuning
 for it: what its line costs before its first useful call (less on a second run,
 which finds inductor's caches on disk).
@@ -229,7 +231,7 @@ def fast_kernel(kernel):
 
 
 def runs_hopper_kernel():
-    """Whether this card runs fast/kernel.cu's Hopper kernel: forced, the operator refuses where it cannot."""
+    """Whether this card runs fast/kernel.cu's Hopper kernels: forced, the operator refuses where it cannot."""
     a = torch.zeros(128, 16, device="cuda", dtype=torch.half)
     with fast_kernel("hopper"):
         try:
@@ -241,21 +243,31 @@ def runs_hopper_kernel():
 
 def print_block(shape, lines, calls, both_orders=False):
     """Check each line's output against float64, time it, and print the block. With
-    both_orders, the lines are timed again in reverse order, and each GPU column is
-    printed for either order: a lead that holds in both is not the order's."""
-    errors, timings = {}, {index: [] for index in range(len(lines))}
-    orders = [range(len(lines))] + ([range(len(lines) - 1, -1, -1)] if both_orders else [])
-    for order in orders:
-        for index in order:
-            line = lines[index]
-            with fast_kernel(line.kernel):
-                if index not in errors:
-                    errors[index] = line.error(line.call())
-                timings[index].append(timing.measure(line.call, calls))
+    both_orders, the lines' GPU times are taken in turn (timing.graphs_in_turn), in
+    order and in reverse, and each GPU column is printed for either direction: a
+    lead that holds in both is not the order's."""
+    errors, timings = {}, {}
+    for index, line in enumerate(lines):
+        with fast_kernel(line.kernel):
+            errors[index] = line.error(line.call())
+            timings[index] = [timing.Figures(timing.wall_microseconds(line.call, calls), timing.host_alone(line.call),
+                                             None) if both_orders else timing.measure(line.call, calls)]
+    if both_orders:
+        # Each line's graph is captured under its own DAY87_FAST_KERNEL (a graph keeps
+        # the kernel it captured), then the graphs are replayed in turn.
+        def under_its_kernel(line):
+            def call():
+                with fast_kernel(line.kernel):
+                    return line.call()
+            return call
+        in_order, reversed_order = timing.graphs_in_turn([under_its_kernel(line) for line in lines], calls)
+        for index in timings:
+            timings[index] = [timings[index][0]._replace(gpu=in_order[index]),
+                              timings[index][0]._replace(gpu=reversed_order[index])]
     cublas = next(index for index, line in enumerate(lines) if line.kind == "cuBLAS")
     bases = [figures.gpu for figures in timings[cublas]]
-    gpu_heads = ["GPU us", "reversed"][:len(orders)]
-    ratio_heads = ["GPU/cuBLAS", "reversed"][:len(orders)]
+    gpu_heads = ["GPU us", "reversed"][:len(timings[cublas])]
+    ratio_heads = ["GPU/cuBLAS", "reversed"][:len(timings[cublas])]
     print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH) + f"{'wall us':>10}{'host us':>10}"
           + "".join(f"{head:>10}" for head in gpu_heads) + "".join(f"{head:>12}" for head in ratio_heads)
           + "  error vs float64")
@@ -314,7 +326,9 @@ def table_heading(title, *more):
     print(title)
     print("   wall: calls back to back, then synchronize, / calls; host: one call alone, GPU idle before it "
           "(median of 50);")
-    print("   GPU: the calls captured in one CUDA graph, replayed (median of 7), / calls;")
+    print("   GPU: the calls captured in one CUDA graph, replayed (median of 7), / calls; where a block has a "
+          "'reversed' column, the lines' graphs replayed in turn, in order and in reverse, each timed replay "
+          "right after an untimed one of its own;")
     print(f"   compiled: torch.compile(mode={COMPILE_MODE!r}, dynamic=False, fullgraph=True), once per shape;")
     for line in more:
         print(f"   {line}")
@@ -327,9 +341,9 @@ def forward_table(base):
                   "error: the worst |c - float64| / (K * 2^-23 * (|A| @ |B|)), test_op.py's bound; "
                   "FP16: rel. ||c - float64|| / ||float64||")
     compiler = Compiler()
-    # The fast tier three ways: as it chooses, and each of its kernels forced (the
-    # Hopper kernel where this card runs it).
-    forced = ["wmma"] + (["hopper"] if runs_hopper_kernel() else [])
+    # The fast tier as it chooses, and each of its kernels forced (the Hopper kernels
+    # where this card runs them).
+    forced = ["wmma"] + (["hopper", "persistent"] if runs_hopper_kernel() else [])
     for m, n, k in timing.FORWARD_SHAPES:
         torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
@@ -346,7 +360,7 @@ def forward_table(base):
                    forward_error(True, reference, magnitude, k), kernel) for kernel in forced],
             Line("cuBLAS", label, lambda: function(a, b), forward_error(graded, reference, magnitude, k)),
             Line("compiled", peer_label, lambda: peer(a, b), forward_error(peer_graded, reference, magnitude, k)),
-        ], timing.calls_for(m, n, k))
+        ], timing.calls_for(m, n, k), both_orders=True)
     compiler.report()
 
 

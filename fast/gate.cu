@@ -7,8 +7,9 @@
 // Build and run from the lesson's folder (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_80 -o fast/gate fast/gate.cu && fast/gate
 // On a Hopper card (H100, H200), build for sm_90a, the target that has wgmma, so that
-// the Hopper kernel's plans are checked too (with DAY87_FAST_KERNEL=hopper set, the
-// launcher's shapes run on them as well):
+// the Hopper kernels' plans are checked too, each plan on version 2 and on version 3
+// (the launcher's shapes take version 3 where it chooses a Hopper kernel; with
+// DAY87_FAST_KERNEL=persistent or hopper set, they all run on that one):
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
 //
 // The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
@@ -17,7 +18,7 @@
 // reads before it waits reads NaN on every split shape, not only where the multiply
 // happens to be slow. The scaling kernel's block 0 holds as long before it writes its
 // largest magnitude, so a cast that does not wait at the grid's barrier reads that
-// block's poison. The Hopper kernel's stages start as NaN, its producer holds as
+// block's poison. The Hopper kernels' stages start as NaN, their producer holds as
 // long before it first fills each stage, and each consumer a tenth of that before it
 // multiplies a stage:
 //   nvcc -O3 -arch=sm_80 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu && fast/gate_ordering
@@ -50,7 +51,7 @@ __device__ void holdLong() {
     do {                                           \
         if (blockIdx.x == 0) holdLong(); \
     } while (0)
-// The Hopper kernel's pipeline: its stages start as NaN (0xFFFF halves), written by
+// The Hopper kernels' pipeline: its stages start as NaN (0xFFFF halves), written by
 // every thread and made visible to TMA and wgmma (the async proxy) before the
 // barriers' __syncthreads; the producer holds 200,000 cycles (holdLong) before each
 // stage's first fill, and each consumer 20,000 (holdBriefly: a tenth, and still many
@@ -205,7 +206,7 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     else
         snprintf(name, sizeof(name), "%s, %d split(s)%s%s", launcher_name, splits, with_bias ? ", bias" : "",
                  extremes ? ", FP16 edges" : "");
-    printf("%-44s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
+    printf("%-48s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
            !finite ? "FAIL (NaN or unwritten output)" : !same_bits ? "FAIL (a second run gave other bits)"
            : pass  ? "pass" : "FAIL");
     return pass;
@@ -232,29 +233,36 @@ bool checkPlan(const char* name, std::mt19937& generator) {
 }
 
 #if CUDART_VERSION >= 12000
-// A Hopper plan directly, as launchHopperPlan takes it (it never splits K).
+// A Hopper plan directly, on version 2 (a block per tile) or version 3 (persistent),
+// as their launchers take it (neither splits K).
 template <class Plan>
 cudaError_t launchHopper(const tuned::GemmOperands& operands, int, float*, cudaStream_t stream) {
     return tuned::launchHopperPlan<Plan>(operands, stream);
+}
+
+template <class Plan>
+cudaError_t launchPersistent(const tuned::GemmOperands& operands, int, float*, cudaStream_t stream) {
+    return tuned::launchPersistentPlan<Plan>(operands, stream);
 }
 
 // Each Hopper plan directly, where this device runs it: one tile and several, with M
 // and N each one tile or two; every K the contract allows against the 64 of a stage
 // (K = 16, a single step; 48, one part-filled stage; 272, four whole stages and 16;
 // 320, five whole stages, one more than the ring holds); a K of 4096 (64 stages, so
-// each mbarrier completes 16 phases); more tiles than the card has SMs, so that
-// blocks wait for a second wave (4096 x 2048: 256 wide tiles, 512 narrow, beside an
-// H200's 132 SMs); the bias, whole and with a tail; FP16's edges. Its lines name no
-// split: the Hopper kernel never splits K (splits 0 here: no workspace).
+// each mbarrier completes 16 phases); more tiles than the card has SMs (4096 x 1536:
+// 192 wide tiles, 384 narrow, beside an H200's 132 SMs), so that version 2's blocks
+// wait for a second wave and version 3's blocks take several tiles each, with K of
+// six stages, so that its ring wraps inside a tile as well as between tiles; the
+// bias, whole and with a tail; FP16's edges. Its lines name no split: the Hopper
+// kernels never split K (splits 0 here: no workspace).
 template <class Plan>
-bool checkHopperPlan(const char* name, std::mt19937& generator) {
-    const Launcher launch = launchHopper<Plan>;
+bool checkHopperPlan(const char* name, Launcher launch, std::mt19937& generator) {
     constexpr int kM = Plan::kBlockM, kN = Plan::kBlockN;
     bool pass = true;
     for (int k : {16, 48, 272, 320}) pass &= checkShape(name, launch, 0, kM, kN, k, generator);
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator);
     pass &= checkShape(name, launch, 0, 2 * kM, kN, 4096, generator);
-    pass &= checkShape(name, launch, 0, 4096, 2048, 80, generator);
+    pass &= checkShape(name, launch, 0, 4096, 1536, 336, generator);
     for (int k : {48, 272}) pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, false, /*extremes=*/true);
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, true, /*extremes=*/true);
@@ -378,8 +386,14 @@ int main(int argc, char** argv) {
     CUDA_CHECK(tuned::currentDeviceFacts(&facts));
 #if CUDART_VERSION >= 12000
     if (facts.hopper) {
-        all_pass &= checkHopperPlan<tuned::HopperWidePlan>("HopperWidePlan", generator);
-        all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>("HopperNarrowPlan", generator);
+        all_pass &= checkHopperPlan<tuned::HopperWidePlan>("HopperWidePlan", launchHopper<tuned::HopperWidePlan>,
+                                                           generator);
+        all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>("HopperNarrowPlan",
+                                                             launchHopper<tuned::HopperNarrowPlan>, generator);
+        all_pass &= checkHopperPlan<tuned::HopperWidePlan>(
+            "HopperWidePlan, persistent", launchPersistent<tuned::HopperWidePlan>, generator);
+        all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>(
+            "HopperNarrowPlan, persistent", launchPersistent<tuned::HopperNarrowPlan>, generator);
         // What the Hopper launcher adds to every call on the host: encoding A's and B's
         // tensor maps (the lesson's first shape; the encoder's cost does not depend on it).
         constexpr int kCalls = 10000;
@@ -419,14 +433,16 @@ int main(int argc, char** argv) {
         tuned::LaunchChoice choice;
         CUDA_CHECK(tuned::chooseLaunch(shape[0], shape[1], shape[2], &choice));
         char name[64];
-        const char* plan = choice.plan == tuned::PlanChoice::kTuring         ? "Turing"
-                           : choice.plan == tuned::PlanChoice::kSmallGrid    ? "SmallGrid"
-                           : choice.plan == tuned::PlanChoice::kHopperWide   ? "HopperWide"
-                           : choice.plan == tuned::PlanChoice::kHopperNarrow ? "HopperNarrow"
-                                                                             : "Square";
-        const bool hopper = choice.plan == tuned::PlanChoice::kHopperWide ||
-                            choice.plan == tuned::PlanChoice::kHopperNarrow;
-        if (hopper)  // the Hopper kernel never splits K
+        const char* plan = choice.plan == tuned::PlanChoice::kTuring             ? "Turing"
+                           : choice.plan == tuned::PlanChoice::kSmallGrid        ? "SmallGrid"
+                           : choice.plan == tuned::PlanChoice::kHopperWide       ? "HopperWide"
+                           : choice.plan == tuned::PlanChoice::kHopperNarrow     ? "HopperNarrow"
+                           : choice.plan == tuned::PlanChoice::kPersistentWide   ? "HopperWide, persistent"
+                           : choice.plan == tuned::PlanChoice::kPersistentNarrow ? "HopperNarrow, persistent"
+                                                                                 : "Square";
+        const bool hopper = choice.plan != tuned::PlanChoice::kTuring &&
+                            choice.plan != tuned::PlanChoice::kSmallGrid && choice.plan != tuned::PlanChoice::kSquare;
+        if (hopper)  // the Hopper kernels never split K
             snprintf(name, sizeof(name), "launcher: %s", plan);
         else
             snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);

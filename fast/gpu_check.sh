@@ -18,11 +18,11 @@
 #                                         # driver compiles for this card: the gate and
 #                                         # compute-sanitizer, the table, which plan ran,
 #                                         # the plans among the variants
-#   bash fast/gpu_check.sh hopper OUT     # the Hopper kernel (an H100 or H200): the gate
-#                                         # for sm_90a, its launcher chosen and forced,
-#                                         # its ordering build, memcheck and synccheck
-#                                         # at shapes up to 512, wgmma_order.py and the
-#                                         # Hopper planted bugs
+#   bash fast/gpu_check.sh hopper OUT     # the Hopper kernels (an H100 or H200): the gate
+#                                         # for sm_90a, its launcher chosen and forced
+#                                         # to each, its ordering build, memcheck and
+#                                         # synccheck at shapes up to 512, wgmma_order.py,
+#                                         # the Hopper planted bugs, the tile order timed
 #   bash fast/gpu_check.sh hopper-tables OUT  # the extension as an H100's user builds
 #                                         # it (no TORCH_CUDA_ARCH_LIST): HGMMA in its
 #                                         # SASS, the table forced to each kernel and
@@ -162,6 +162,7 @@ if [ "$part" = hopper ]; then
     step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o "$out/gate" fast/gate.cu
     step gate "$out/gate"
     step gate-hopper-forced env DAY87_FAST_KERNEL=hopper "$out/gate"
+    step gate-persistent-forced env DAY87_FAST_KERNEL=persistent "$out/gate"
     step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
         -o "$out/gate_ordering" fast/gate.cu
     step gate-ordering "$out/gate_ordering"
@@ -170,6 +171,8 @@ if [ "$part" = hopper ]; then
     done
     step wgmma-order python3 fast/wgmma_order.py
     step planted-bugs-hopper python3 fast/planted_bugs.py hopper
+    step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$out/tile_order" fast/tile_order.cu
+    step tile-order "$out/tile_order"
 fi
 
 if [ "$part" = hopper-tables ]; then
@@ -178,6 +181,7 @@ if [ "$part" = hopper-tables ]; then
     export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
     saved_arch_list=${TORCH_CUDA_ARCH_LIST-}
     unset TORCH_CUDA_ARCH_LIST
+    step table-persistent env DAY87_FAST_KERNEL=persistent python3 fast/test_fast.py
     step table-hopper env DAY87_FAST_KERNEL=hopper python3 fast/test_fast.py
     step library-sass bash -c "cuobjdump --list-elf --list-ptx $out/cache-hopper/day87_fast-*/day87_fast_ext.so &&
         echo \"HGMMA instructions: \$(cuobjdump --dump-sass $out/cache-hopper/day87_fast-*/day87_fast_ext.so | grep -c HGMMA)\""
@@ -193,7 +197,7 @@ try:
     fast_op.wmma_mm(a, a.new_zeros(16, 128))
 except RuntimeError as error:
     print('refused:', error)
-    assert 'must be hopper, wmma or auto' in str(error) and \"'cublas'\" in str(error)
+    assert 'must be persistent, hopper, wmma or auto' in str(error) and \"'cublas'\" in str(error)
 else:
     sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
     step bench-forward python3 fast/bench.py --forward
@@ -202,6 +206,6 @@ else:
     rm -rf "$out"/cache-hopper "$out"/cache75
 fi
 
-rm -f "$out/gate" "$out/gate75" "$out/gate_ordering"
+rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order"
 echo "fast/gpu_check $part: $failures step(s) failed" | tee -a "$log"
 exit "$failures"

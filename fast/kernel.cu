@@ -1,7 +1,7 @@
 // fast/kernel.cu: the fast operator's kernels, day87_fast::wmma_mm and wmma_mm_bias's
 // forward and the tensor-core backward's scaling kernel.
 //
-// Two versions of the forward stand side by side, the simpler first:
+// Three versions of the forward stand side by side, the simplest first:
 //   1. wmmaGemmKernel, the lesson's kernel.cu tuned: the same WMMA fragments and FP32
 //      accumulators under three tile plans (one chosen per call), K split across
 //      blocks where the grid of tiles is too small for the card (the partial sums
@@ -10,6 +10,10 @@
 //   2. hopperGemmKernel, for Hopper (sm_90a code): TMA copies into swizzled shared
 //      memory, mbarriers, and warpgroup MMAs (wgmma), at about twice version 1's speed
 //      on large grids there. Its section says what it adds.
+//   3. hopperPersistentKernel: version 2's pipeline (the same parts) in a persistent
+//      grid, the ring running on from one tile into the next, and registers moved
+//      from the producer to the consumers (setmaxnreg). The launchers choose it where
+//      they chose version 2.
 // Then the backward's cooperative scaling kernel. Every figure behind a choice is in
 // checks/NOTES.md.
 //
@@ -27,8 +31,8 @@
 //
 // In order: the tile plans, the dependent-launch helpers, GemmOperands and
 // storeOutputs (version 1's one place that writes C, with the bias), version 1, the
-// split-K reduction, version 2, the launchers (which choose between them), and last
-// the backward's scaling kernel.
+// split-K reduction, the Hopper pipeline's parts, versions 2 and 3, the launchers
+// (which choose between them), and last the backward's scaling kernel.
 //
 // This file never exits and never waits for the caller's work: the launchers return
 // the launch status, and the caller (an operator that raises, or fast/gate.cu's
@@ -562,73 +566,92 @@ constexpr uint32_t kIgnoredLeadingBytes = 16;
 #define DAY87_HOLD_HOPPER_CONSUMER()
 #endif
 
+// ---- The pipeline's parts, the same in versions 2 and 3 -----------------------
+// The ring of stages in shared memory, and each stage's two mbarriers. Both kernels
+// walk it by position: the position-th stage filled since the block started sits in
+// stage position % kStages, on pass position / kStages over the ring.
+struct Ring {
+    unsigned char* stages_a;
+    unsigned char* stages_b;
+    uint64_t* full;   // completes when TMA has written the stage
+    uint64_t* empty;  // completes when every consumer warp is done with it
+};
+
+// The ring laid out in the block's shared memory (aligned as the swizzle needs), its
+// barriers initialised by thread 0 and visible to every thread and to TMA.
 template <class Plan>
-__global__ void __launch_bounds__(Plan::kThreads, 1)
-    hopperGemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const GemmOperands operands) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    extern __shared__ unsigned char shared_unaligned[];
+__device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned) {
     unsigned char* shared = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<uintptr_t>(shared_unaligned) + kSwizzleGroupBytes - 1) & ~uintptr_t{kSwizzleGroupBytes - 1});
-    unsigned char* stages_a = shared;
-    unsigned char* stages_b = stages_a + Plan::kStages * Plan::kStageBytesA;
-    uint64_t* full = reinterpret_cast<uint64_t*>(stages_b + Plan::kStages * Plan::kStageBytesB);
-    uint64_t* empty = full + Plan::kStages;
-
-    // Which tile of C this block owns, in grouped order (see kGroupRows), as version 1.
-    const int tiles_m = operands.m / Plan::kBlockM;
-    const int tiles_n = operands.n / Plan::kBlockN;
-    const int tiles_per_group = kGroupRows * tiles_n;
-    const int first_row = blockIdx.x / tiles_per_group * kGroupRows;
-    const int rows_in_group = min(tiles_m - first_row, kGroupRows);
-    const int index_in_group = blockIdx.x % tiles_per_group;
-    const int tile_row = first_row + index_in_group % rows_in_group;
-    const int tile_col = index_in_group / rows_in_group;
-    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
-
+    Ring ring;
+    ring.stages_a = shared;
+    ring.stages_b = ring.stages_a + Plan::kStages * Plan::kStageBytesA;
+    ring.full = reinterpret_cast<uint64_t*>(ring.stages_b + Plan::kStages * Plan::kStageBytesB);
+    ring.empty = ring.full + Plan::kStages;
     DAY87_POISON_HOPPER_STAGES(shared, Plan::kStages * (Plan::kStageBytesA + Plan::kStageBytesB));
     if (threadIdx.x == 0) {
         for (int stage = 0; stage < Plan::kStages; ++stage) {
-            initBarrier(&full[stage], 1);                      // the producer's one arrival
-            initBarrier(&empty[stage], Plan::kConsumerWarps);  // one per consumer warp
+            initBarrier(&ring.full[stage], 1);                      // the producer's one arrival
+            initBarrier(&ring.empty[stage], Plan::kConsumerWarps);  // one per consumer warp
         }
         // The initialised barriers, visible to TMA (which completes them) as well.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    return ring;
+}
 
-    const int warpgroup = threadIdx.x / 128;
-    if (warpgroup == 0) {
-        // The producer: one thread issues every copy; the other 127 have nothing to do.
-        if (threadIdx.x != 0) return;
-        for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-            const int stage = k_tile % Plan::kStages, pass = k_tile / Plan::kStages;  // pass over the ring
-            waitBarrier(&empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over
-            DAY87_HOLD_HOPPER_PRODUCER(pass == 0);
-            arriveExpectingBytes(&full[stage], Plan::kStageBytesA + Plan::kStageBytesB);
-            copyBox(stages_a + stage * Plan::kStageBytesA, &map_a, k_tile * Plan::kBlockK,
-                    tile_row * Plan::kBlockM, &full[stage]);
-            for (int box = 0; box < Plan::kBlockN / Plan::kBoxColumns; ++box)
-                copyBox(stages_b + stage * Plan::kStageBytesB + box * Plan::kBoxBytesB, &map_b,
-                        tile_col * Plan::kBlockN + box * Plan::kBoxColumns, k_tile * Plan::kBlockK, &full[stage]);
-        }
-        return;
+// Tile `index` of C in grouped order: down group_rows rows of tiles, then across to
+// the next column, so that blocks running at the same time share rows of A and
+// columns of B in L2 (version 1's order, kGroupRows; version 3 measured its own).
+struct TileCoordinates {
+    int row, col;
+};
+
+__device__ __forceinline__ TileCoordinates groupedTile(int index, int tiles_m, int tiles_n, int group_rows) {
+    const int tiles_per_group = group_rows * tiles_n;
+    const int first_row = index / tiles_per_group * group_rows;
+    const int rows_in_group = min(tiles_m - first_row, group_rows);
+    const int index_in_group = index % tiles_per_group;
+    return TileCoordinates{first_row + index_in_group % rows_in_group, index_in_group / rows_in_group};
+}
+
+// The producer's part for one tile: its K stages into the ring, from `position` on.
+// Returns the position after them.
+template <class Plan>
+__device__ __forceinline__ int produceTile(const Ring& ring, const CUtensorMap* map_a,
+                                           const CUtensorMap* map_b, TileCoordinates tile, int k_tiles,
+                                           int position) {
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++position) {
+        const int stage = position % Plan::kStages, pass = position / Plan::kStages;  // pass over the ring
+        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over
+        DAY87_HOLD_HOPPER_PRODUCER(pass == 0);
+        arriveExpectingBytes(&ring.full[stage], Plan::kStageBytesA + Plan::kStageBytesB);
+        copyBox(ring.stages_a + stage * Plan::kStageBytesA, map_a, k_tile * Plan::kBlockK,
+                tile.row * Plan::kBlockM, &ring.full[stage]);
+        for (int box = 0; box < Plan::kBlockN / Plan::kBoxColumns; ++box)
+            copyBox(ring.stages_b + stage * Plan::kStageBytesB + box * Plan::kBoxBytesB, map_b,
+                    tile.col * Plan::kBlockN + box * Plan::kBoxColumns, k_tile * Plan::kBlockK, &ring.full[stage]);
     }
+    return position;
+}
 
-    // A consumer: 64 rows of C, kMmasAcross blocks of 64 FP32 accumulators a thread.
-    const int consumer = warpgroup - 1;
-    float accumulators[Plan::kMmasAcross][64];
+// A consumer's part for one tile: its 64 rows of C (kMmasAcross blocks of 64 FP32
+// accumulators a thread), from the K stages at ring positions `position` on.
+template <class Plan>
+__device__ __forceinline__ void consumeTile(const Ring& ring, float (&accumulators)[Plan::kMmasAcross][64],
+                                            int consumer, int k_tiles, int position) {
 #pragma unroll
     for (int across = 0; across < Plan::kMmasAcross; ++across)
 #pragma unroll
         for (int i = 0; i < 64; ++i) accumulators[across][i] = 0.0f;
 
-    for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-        const int stage = k_tile % Plan::kStages, pass = k_tile / Plan::kStages;
-        waitBarrier(&full[stage], pass & 1);  // TMA has written the whole stage
+    for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++position) {
+        const int stage = position % Plan::kStages, pass = position / Plan::kStages;
+        waitBarrier(&ring.full[stage], pass & 1);  // TMA has written the whole stage
         DAY87_HOLD_HOPPER_CONSUMER();
-        const uint32_t stage_a = sharedAddress(stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
-        const uint32_t stage_b = sharedAddress(stages_b + stage * Plan::kStageBytesB);
+        const uint32_t stage_a = sharedAddress(ring.stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
+        const uint32_t stage_b = sharedAddress(ring.stages_b + stage * Plan::kStageBytesB);
         mmaFence();
 #pragma unroll
         for (int step = 0; step < Plan::kBlockK / 16; ++step) {
@@ -644,30 +667,129 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
         mmaWait<0>();  // this warpgroup's MMAs have read the stage: it may be refilled
 #pragma unroll
         for (int across = 0; across < Plan::kMmasAcross; ++across) accumulatorsWrittenHere(accumulators[across]);
-        if (threadIdx.x % 32 == 0) arrive(&empty[stage]);
+        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);
     }
+}
 
-    // The epilogue: thread t of a warp holds, of each 64 x 128 block of C, rows
-    // (warp's 16) + t / 4 and 8 below it, at columns 8 j + 2 (t % 4) and the one after,
-    // for j = 0..15: accumulators 4 j and 4 j + 1 on the first row, 4 j + 2 and 4 j + 3
-    // on the second. Each pair goes out as one 8-byte store, with the bias added once.
+// The epilogue: thread t of a warp holds, of each 64 x 128 block of C, rows
+// (warp's 16) + t / 4 and 8 below it, at columns 8 j + 2 (t % 4) and the one after,
+// for j = 0..15: accumulators 4 j and 4 j + 1 on the first row, 4 j + 2 and 4 j + 3
+// on the second. Each pair goes out as one 8-byte store, with the bias added once.
+// A block's 16 pairs of bias values are all loaded before its first store: C and the
+// bias are both float pointers, so the compiler may not move a load of one above a
+// store to the other, and a load between stores waits its whole latency, 32 times
+// a block (what that cost the fused op: checks/NOTES.md, "The Hopper kernel").
+template <class Plan>
+__device__ __forceinline__ void storeTile(const GemmOperands& operands,
+                                          const float (&accumulators)[Plan::kMmasAcross][64], int consumer,
+                                          TileCoordinates tile) {
     const int lane = threadIdx.x % 32;
-    const size_t row = static_cast<size_t>(tile_row) * Plan::kBlockM + consumer * 64 + (threadIdx.x / 32 % 4) * 16 + lane / 4;
+    const size_t row =
+        static_cast<size_t>(tile.row) * Plan::kBlockM + consumer * 64 + (threadIdx.x / 32 % 4) * 16 + lane / 4;
 #pragma unroll
-    for (int across = 0; across < Plan::kMmasAcross; ++across)
+    for (int across = 0; across < Plan::kMmasAcross; ++across) {
+        const int first_col = tile.col * Plan::kBlockN + across * 128 + 2 * (lane % 4);
+        float2 bias[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j)  // bias[col] is added to every row of column col, once
+            // (two 4-byte loads: a contiguous bias may start at any float, so 8 bytes
+            // at a time could be misaligned)
+            bias[j] = operands.bias
+                          ? make_float2(operands.bias[first_col + 8 * j], operands.bias[first_col + 8 * j + 1])
+                          : make_float2(0.0f, 0.0f);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-            const int col = tile_col * Plan::kBlockN + across * 128 + 8 * j + 2 * (lane % 4);
-            float2 upper = make_float2(accumulators[across][4 * j], accumulators[across][4 * j + 1]);
-            float2 lower = make_float2(accumulators[across][4 * j + 2], accumulators[across][4 * j + 3]);
-            if (operands.bias) {  // bias[col] is added to every row of column col, once
-                const float2 bias = make_float2(operands.bias[col], operands.bias[col + 1]);
-                upper = make_float2(upper.x + bias.x, upper.y + bias.y);
-                lower = make_float2(lower.x + bias.x, lower.y + bias.y);
-            }
+            const int col = first_col + 8 * j;
+            const float2 upper = make_float2(accumulators[across][4 * j] + bias[j].x,
+                                             accumulators[across][4 * j + 1] + bias[j].y);
+            const float2 lower = make_float2(accumulators[across][4 * j + 2] + bias[j].x,
+                                             accumulators[across][4 * j + 3] + bias[j].y);
             *reinterpret_cast<float2*>(operands.c + row * operands.n + col) = upper;
             *reinterpret_cast<float2*>(operands.c + (row + 8) * operands.n + col) = lower;
         }
+    }
+}
+
+// ---- Version 2: one block per tile -------------------------------------------
+template <class Plan>
+__global__ void __launch_bounds__(Plan::kThreads, 1)
+    hopperGemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                     const GemmOperands operands) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char shared_unaligned[];
+    const Ring ring = setUpRing<Plan>(shared_unaligned);
+    const TileCoordinates tile = groupedTile(blockIdx.x, operands.m / Plan::kBlockM, operands.n / Plan::kBlockN,
+                                             kGroupRows);
+    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
+
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+        // The producer: one thread issues every copy; the other 127 have nothing to do.
+        if (threadIdx.x == 0) produceTile<Plan>(ring, &map_a, &map_b, tile, k_tiles, 0);
+    } else {
+        float accumulators[Plan::kMmasAcross][64];
+        consumeTile<Plan>(ring, accumulators, warpgroup - 1, k_tiles, 0);
+        storeTile<Plan>(operands, accumulators, warpgroup - 1, tile);
+    }
+#endif
+}
+
+// ---- Version 3: a persistent grid --------------------------------------------
+// Version 2 launches a block per tile: each block sets up its ring, waits for its
+// first stages to arrive while its tensor cores idle, and its SM takes the next
+// block only once its epilogue is done. Version 3 launches one block per SM (or per
+// tile, where there are fewer), and each block walks the tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ... in grouped order. What that changes:
+//   - the ring runs on from one tile into the next: while the consumers store a
+//     tile, the producer is already filling the ring with the next tile's first
+//     stages (the epilogue overlaps the next tile's loads, and its stores drain
+//     while the next tile's MMAs run);
+//   - the producer and the consumers count ring positions across tiles, so a
+//     consumer's k-th stage of its i-th tile is position i * k_tiles + k;
+//   - warp specialisation in registers too: the producer warpgroup gives registers
+//     back (setmaxnreg.dec, to 40 a thread: it holds a few addresses) and the
+//     consumers take them (setmaxnreg.inc, to 232: 128 accumulators and the rest).
+//     Every thread starts with the cap that __launch_bounds__(384, 1) sets, 168
+//     (65,536 / 384, down to the allocation's unit of 8), and an increase waits until
+//     other warps have freed that many: what the producer frees must cover what the
+//     consumers ask for, or they wait for ever. It takes effect only with that cap
+//     and each role one branch of one if/else;
+//   - the order of tiles: the group height is the launcher's, measured (fast/tile_order.cu).
+constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+constexpr int kRegistersAtEntry = 65536 / HopperPlan<128, 4>::kThreads / 8 * 8;  // every HopperPlan: 384 threads
+static_assert(kProducerRegisters + 2 * kConsumerRegisters <= 3 * kRegistersAtEntry,
+              "the consumers would ask for more registers than the producer frees");
+
+template <class Plan>
+__global__ void __launch_bounds__(Plan::kThreads, 1)
+    hopperPersistentKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                           const GemmOperands operands, int group_rows) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char shared_unaligned[];
+    const Ring ring = setUpRing<Plan>(shared_unaligned);
+    const int tiles_m = operands.m / Plan::kBlockM, tiles_n = operands.n / Plan::kBlockN;
+    const int tiles = tiles_m * tiles_n;
+    const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
+
+    const int warpgroup = threadIdx.x / 128;
+    if (warpgroup == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+        if (threadIdx.x == 0) {
+            int position = 0;
+            for (int index = blockIdx.x; index < tiles; index += gridDim.x)
+                position = produceTile<Plan>(ring, &map_a, &map_b, groupedTile(index, tiles_m, tiles_n, group_rows),
+                                       k_tiles, position);
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+        float accumulators[Plan::kMmasAcross][64];
+        int position = 0;
+        for (int index = blockIdx.x; index < tiles; index += gridDim.x, position += k_tiles) {
+            const TileCoordinates tile = groupedTile(index, tiles_m, tiles_n, group_rows);
+            consumeTile<Plan>(ring, accumulators, warpgroup - 1, k_tiles, position);
+            storeTile<Plan>(operands, accumulators, warpgroup - 1, tile);
+        }
+    }
 #endif
 }
 
@@ -861,16 +983,45 @@ cudaError_t launchHopperPlan(const GemmOperands& operands, cudaStream_t stream) 
     hopperGemmKernel<Plan><<<tiles, Plan::kThreads, Plan::kSharedBytes, stream>>>(map_a, map_b, operands);
     return cudaGetLastError();
 }
+
+// The persistent kernel's order of tiles: down this many rows of tiles before moving
+// across. fast/tile_order.cu times 1 to 32 at the large shapes: the height hardly
+// matters up to 8192 x 4096 x 4096, and where it does (8192^3) by less than a line's
+// position moves a timing (checks/NOTES.md, "The Hopper kernel"), so version 1's
+// height stays until a run shows more.
+constexpr int kPersistentGroupRows = kGroupRows;
+
+// One persistent plan on `stream`: a block per SM, or per tile where there are fewer.
+// The caller has checked what launchHopperPlan's caller checks.
+template <class Plan>
+cudaError_t launchPersistentPlan(const GemmOperands& operands, cudaStream_t stream,
+                                 int group_rows = kPersistentGroupRows) {
+    DeviceFacts facts;
+    cudaError_t status = currentDeviceFacts(&facts);
+    CUtensorMap map_a, map_b;
+    if (status == cudaSuccess) status = describeMatrix(&map_a, operands.a, operands.m, operands.k, Plan::kBlockM);
+    if (status == cudaSuccess) status = describeMatrix(&map_b, operands.b, operands.k, operands.n, Plan::kBlockK);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(hopperPersistentKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Plan::kSharedBytes);
+    if (status != cudaSuccess) return status;
+    const int tiles = (operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN);
+    hopperPersistentKernel<Plan><<<std::min(tiles, facts.multiprocessors), Plan::kThreads, Plan::kSharedBytes,
+                                   stream>>>(map_a, map_b, operands, group_rows);
+    return cudaGetLastError();
+}
 #endif
 
-// Which kernel a call runs: DAY87_FAST_KERNEL=hopper or wmma forces one, and unset
-// (or auto) lets chooseLaunch choose. It is read at every call, so that one process
+// Which kernel a call runs: DAY87_FAST_KERNEL=persistent (version 3), hopper
+// (version 2) or wmma (version 1) forces one, and unset (or auto) lets chooseLaunch
+// choose. It is read at every call, so that one process
 // can time both (fast/bench.py); a CUDA graph keeps the kernel it captured.
-enum class KernelSwitch { kAuto, kHopper, kWmma, kUnknown };
+enum class KernelSwitch { kAuto, kPersistent, kHopper, kWmma, kUnknown };
 
 KernelSwitch kernelSwitch() {
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto")) return KernelSwitch::kAuto;
+    if (!std::strcmp(value, "persistent")) return KernelSwitch::kPersistent;
     if (!std::strcmp(value, "hopper")) return KernelSwitch::kHopper;
     if (!std::strcmp(value, "wmma")) return KernelSwitch::kWmma;
     return KernelSwitch::kUnknown;
@@ -883,17 +1034,19 @@ std::string kernelSwitchProblem() {
     const KernelSwitch wanted = kernelSwitch();
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (wanted == KernelSwitch::kUnknown)
-        return std::string("DAY87_FAST_KERNEL must be hopper, wmma or auto; got '") + value + "'";
+        return std::string("DAY87_FAST_KERNEL must be persistent, hopper, wmma or auto; got '") + value + "'";
     DeviceFacts facts;
-    if (wanted != KernelSwitch::kHopper || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper) return "";
-    return "DAY87_FAST_KERNEL=hopper, and this device does not run the Hopper kernel: it runs only on a card "
-           "of capability 9.0, from code built for sm_90a with CUDA 12 or newer (fast_op.py adds that target "
-           "where such a card is visible, or none is)";
+    const bool hopper_kernel = wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
+    if (!hopper_kernel || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper) return "";
+    return std::string("DAY87_FAST_KERNEL=") + value +
+           ", and this device does not run the Hopper kernels: they run only on a card of capability 9.0, from "
+           "code built for sm_90a with CUDA 12 or newer (fast_op.py adds that target where such a card is "
+           "visible, or none is)";
 }
 
 // Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
 // for the launcher and for the workspace size that binding.cpp allocates.
-enum class PlanChoice { kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow };
+enum class PlanChoice { kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow, kPersistentWide, kPersistentNarrow };
 
 struct LaunchChoice {
     PlanChoice plan;
@@ -909,14 +1062,16 @@ struct LaunchChoice {
 // faster: a short K does not repay the reduction's launch. A T4's build keeps
 // TuringPlan and splits it the same way. (checks/NOTES.md has the split table.)
 //
-// The Hopper kernel, where the device runs it, takes every grid of at least as many
-// 128 x 128 tiles as SMs; smaller grids stay with version 1's small tiles and split K
-// (the Hopper kernel does not split K, and loses there: checks/NOTES.md, "The Hopper
-// kernel"). Its wide tile where 256 divides N and the wide grid takes at most half as
-// many waves of blocks as the narrow one (a wave of wide tiles lasts about two of
-// narrow ones; 2048^3: one wave of 128 wide tiles against two of 256 narrow ones, and
-// the wide ones measured faster); else the narrow tile. Forced, it takes
-// every shape, wide where N allows, but K = 0: a tensor map of no columns cannot be
+// The Hopper kernels, where the device runs them, take every grid of at least as many
+// 128 x 128 tiles as SMs: version 3, the persistent one (faster than version 2 at
+// 4096^3 and 8192 x 4096 x 4096, level at 2048^3 and 8192^3: checks/NOTES.md, "The
+// Hopper kernel"); version 2 only where forced. Smaller grids stay with version 1's small
+// tiles and split K (the Hopper kernels do not split K, and lose there). The wide
+// tile where 256 divides N and the wide grid takes at most half as many waves of
+// blocks as the narrow one (a wave of wide tiles lasts about two of narrow ones;
+// 2048^3: one wave of 128 wide tiles against two of 256 narrow ones, and the wide
+// ones measured faster); else the narrow tile. Forced, a Hopper kernel takes every
+// shape, wide where N allows, but K = 0: a tensor map of no columns cannot be
 // encoded, and version 1 writes the bias (or zeros) there.
 constexpr int kMinStagesPerSplit = 2;
 constexpr int kMinDepthToSplit = 256;
@@ -926,16 +1081,20 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     const cudaError_t status = currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
     const KernelSwitch wanted = kernelSwitch();
-    if (wanted == KernelSwitch::kUnknown || (wanted == KernelSwitch::kHopper && !facts.hopper))
+    const bool forced_hopper = wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
+    if (wanted == KernelSwitch::kUnknown || (forced_hopper && !facts.hopper))
         return cudaErrorInvalidValue;  // kernelSwitchProblem says why
     const int large_tiles = (m / kTileM) * (n / kTileN);
 #if CUDART_VERSION >= 12000
     if (facts.hopper && wanted != KernelSwitch::kWmma && k > 0 &&
-        (wanted == KernelSwitch::kHopper || large_tiles >= facts.multiprocessors)) {
+        (forced_hopper || large_tiles >= facts.multiprocessors)) {
         const auto waves = [&](int tiles) { return (tiles + facts.multiprocessors - 1) / facts.multiprocessors; };
         const bool wide = n % HopperWidePlan::kBlockN == 0 &&
-                          (wanted == KernelSwitch::kHopper || 2 * waves(large_tiles / 2) <= waves(large_tiles));
-        *choice = LaunchChoice{wide ? PlanChoice::kHopperWide : PlanChoice::kHopperNarrow, 1};
+                          (forced_hopper || 2 * waves(large_tiles / 2) <= waves(large_tiles));
+        if (wanted == KernelSwitch::kHopper)
+            *choice = LaunchChoice{wide ? PlanChoice::kHopperWide : PlanChoice::kHopperNarrow, 1};
+        else
+            *choice = LaunchChoice{wide ? PlanChoice::kPersistentWide : PlanChoice::kPersistentNarrow, 1};
         return cudaSuccess;
     }
 #endif
@@ -985,8 +1144,11 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
 #if CUDART_VERSION >= 12000
         case PlanChoice::kHopperWide: return launchHopperPlan<HopperWidePlan>(operands, stream);
         case PlanChoice::kHopperNarrow: return launchHopperPlan<HopperNarrowPlan>(operands, stream);
+        case PlanChoice::kPersistentWide: return launchPersistentPlan<HopperWidePlan>(operands, stream);
+        case PlanChoice::kPersistentNarrow: return launchPersistentPlan<HopperNarrowPlan>(operands, stream);
 #else
-        case PlanChoice::kHopperWide: case PlanChoice::kHopperNarrow: return cudaErrorNotSupported;
+        case PlanChoice::kHopperWide: case PlanChoice::kHopperNarrow:
+        case PlanChoice::kPersistentWide: case PlanChoice::kPersistentNarrow: return cudaErrorNotSupported;
 #endif
         case PlanChoice::kSquare: break;
     }

@@ -1,7 +1,7 @@
 """planted_bugs.py: bugs planted in the fast tier's kernels, each seen caught.
 
     python fast/planted_bugs.py            (needs a GPU and nvcc): version 1's bugs
-    python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernel's
+    python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernels'
 
 Each planted bug is a text edit of fast/kernel.cu, made in a copy of the repository
 (so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it). Three
@@ -15,9 +15,10 @@ does not build, a racecheck with no summary) is never a catch: it is counted as 
 verdict not expected. The exit status is the number of verdicts that were not the
 expected one. The gates build side by side.
 
-The Hopper part plants its bugs in hopperGemmKernel's pipeline and runs, on every
-copy, the gate and the ordering gate built for sm_90a with --hopper (its plans
-alone; the ordering build starts every stage as NaN, holds the producer before each
+The Hopper part plants its bugs in the Hopper kernels' pipeline (versions 2 and 3
+share its parts, so a bug there is in both; one bug is version 3's own) and runs,
+on every copy, the gate and the ordering gate built for sm_90a with --hopper (its
+plans alone, on both versions; the ordering build starts every stage as NaN, holds the producer before each
 stage's first fill and each consumer before it multiplies a stage), and
 fast/wgmma_order.py, which reads the PTX for fenced, committed and waited-for MMAs.
 In that part a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
@@ -61,7 +62,7 @@ class Bug(NamedTuple):
     # the plain gate sees an ordering bug only where a multiply happens to be slow.
     by_timing: tuple = ()
     sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
-    hopper: bool = False  # in hopperGemmKernel: the Hopper part's
+    hopper: bool = False  # in the Hopper kernels: the Hopper part's
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
@@ -119,15 +120,16 @@ BUGS = {
         [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
           "                                    wmma::mem_row_major);\n")],
         (RACECHECK, WARP_BARRIERS)),
-    # The Hopper kernel's. The first three and the last fail a gate on every run: the
-    # first two by a wrong result (NaN) or a hang, which the time limit turns into a
-    # failure, in the ordering build; the three between are what no run is sure to
-    # show, so the gates may catch them or not, and the PTX must.
+    # The Hopper kernels'. The first three, the bias and the last two fail a gate on
+    # every run: the mbarrier bugs (the first two and the stage ahead) by a wrong
+    # result (NaN or a refilled stage) or a hang, which the time limit turns into a
+    # failure, in the ordering build; the three MMA-order bugs between are what no run
+    # is sure to show, so the gates may catch them or not, and the PTX must.
     "a consumer does not wait for TMA to fill its stage": Bug(
-        [("        waitBarrier(&full[stage], pass & 1);  // TMA has written the whole stage\n", "")],
+        [("        waitBarrier(&ring.full[stage], pass & 1);  // TMA has written the whole stage\n", "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True, racecheck_control=True),
     "the producer does not wait for the consumers to empty a stage": Bug(
-        [("            waitBarrier(&empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
+        [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
           "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
     "the descriptors' swizzle (64-byte) differs from the tensor maps' (128-byte)": Bug(
@@ -142,12 +144,28 @@ BUGS = {
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "a stage handed back before its MMAs are waited for": Bug(
         [("        mmaCommit();\n        mmaWait<0>();", "        mmaCommit();\n"
-          "        if (threadIdx.x % 32 == 0) arrive(&empty[stage]);\n        mmaWait<0>();"),
-         ("        if (threadIdx.x % 32 == 0) arrive(&empty[stage]);\n    }", "    }")],
+          "        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);\n        mmaWait<0>();"),
+         ("        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);\n    }", "    }")],
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "the bias added at every stage of K": Bug(
-        [("const float2 bias = make_float2(operands.bias[col], operands.bias[col + 1]);",
-          "const float2 bias = make_float2(k_tiles * operands.bias[col], k_tiles * operands.bias[col + 1]);")],
+        [("                          : make_float2(0.0f, 0.0f);\n",
+          "                          : make_float2(0.0f, 0.0f);\n"
+          "        for (int j = 0; j < 16; ++j) bias[j] = make_float2((operands.k + 63) / 64 * bias[j].x,\n"
+          "                                                           (operands.k + 63) / 64 * bias[j].y);\n")],
+        (GATE, ORDERING_GATE), hopper=True),
+    # Two more. The producer waits for the stage before the one it refills: for the
+    # use kStages + 1 positions back to be over, not kStages, so it may overwrite a
+    # stage that a consumer is still multiplying (in the producer that both versions
+    # share). And version 3's own: each block's walk over its tiles stops one tile
+    # early (in the producer and the consumers alike, so nothing hangs: the tile is
+    # simply never written, and C keeps the gate's NaN there).
+    "the producer runs a stage ahead of its barrier": Bug(
+        [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
+          "        waitBarrier(&ring.empty[(position + Plan::kStages - 1) % Plan::kStages],\n"
+          "                    ((position - 1) / Plan::kStages & 1) ^ 1);\n")],
+        (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
+    "the persistent loop skips each block's last tile": Bug(
+        [("index < tiles; index += gridDim.x", "index + gridDim.x < tiles; index += gridDim.x")],
         (GATE, ORDERING_GATE), hopper=True),
 }
 
@@ -240,8 +258,8 @@ def main(part):
     hopper = part == "hopper"
     if hopper and (major, minor) != (9, 0):
         sys.exit(f"planted_bugs.py hopper needs a card of capability 9.0 (this one: {major}.{minor}), "
-                 "where the Hopper kernel runs; nothing was checked.")
-    # The Hopper part's gates hold sm_90a code (the only code with the kernel's body)
+                 "where the Hopper kernels run; nothing was checked.")
+    # The Hopper part's gates hold sm_90a code (the only code with the kernels' bodies)
     # and check its plans alone; version 1's, the card's own architecture, everything.
     architecture = "90a" if hopper else f"{major}{minor}"
     gate_arguments = ["--hopper"] if hopper else []

@@ -26,10 +26,11 @@ import hardening  # noqa: E402
 import test_op  # noqa: E402
 from scaled_backward_checks import SCALED_BACKWARD_ROW, rounded_left_allowance  # noqa: E402
 
-# The profiler row names the kernel that the path runs at its shape: the Hopper kernel
-# where DAY87_FAST_KERNEL=hopper forces it, else version 1, which the automatic choice
-# takes for a grid as small as that row's (fast/kernel.cu's chooseLaunch).
-KERNEL = "tuned::hopperGemmKernel" if os.environ.get("DAY87_FAST_KERNEL") == "hopper" else "tuned::wmmaGemmKernel"
+# The profiler row names the kernel that the path runs at its shape: a Hopper kernel
+# where DAY87_FAST_KERNEL forces one, else version 1, which the automatic choice takes
+# for a grid as small as that row's (fast/kernel.cu's chooseLaunch).
+KERNEL = {"persistent": "tuned::hopperPersistentKernel", "hopper": "tuned::hopperGemmKernel"}.get(
+    os.environ.get("DAY87_FAST_KERNEL"), "tuned::wmmaGemmKernel")
 FAST = test_op.Operator(wrapper=fast_op.wmma_mm, name="day87_fast::wmma_mm",
                         kernel=KERNEL, build=fast_op.BUILD,
                         python_file=fast_op.__file__, bias_wrapper=fast_op.wmma_mm_bias,

@@ -22,6 +22,8 @@ this one. So each call gets three figures, each in microseconds per call:
   At the largest shapes some lines' replays have read above the wall time of the
   same calls run eagerly (checks/NOTES.md has the figures; the cause was not
   measured): compare a GPU time with GPU times, a wall time with wall times.
+  Where lines are compared (bench.py's tables A and D), graphs_in_turn replays
+  their graphs in turn instead, in both directions (it says why).
 
 And a fourth figure, for forward_variants.py's plans at large shapes: throughput
 (input_sets, milliseconds_per_call), each call on fresh operands rotated past the L2.
@@ -37,9 +39,10 @@ from typing import NamedTuple
 import torch
 
 # The shapes that both scripts time. The forward's are (M, N, K): the lesson's two
-# (its README and test_op.py), and three large ones, where the Hopper kernel runs. The step's are (M, K, N): one
+# (its README and test_op.py), and four large ones, where the Hopper kernels run. The step's are (M, K, N): one
 # layer, x (M x K) @ w (K x N), from the lesson's size to a large layer.
-FORWARD_SHAPES = [(256, 512, 384), (512, 1024, 128), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 4096, 4096)]
+FORWARD_SHAPES = [(256, 512, 384), (512, 1024, 128), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 4096, 4096),
+                  (8192, 8192, 8192)]
 STEP_SIZES = [(256, 384, 512), (2048, 512, 2048), (4096, 1024, 4096), (8192, 4096, 4096)]
 
 
@@ -94,10 +97,9 @@ def host_alone(call, repeats=50):
     return statistics.median(times)
 
 
-def graph_microseconds(call, calls=200, replays=7):
-    """GPU time per call with no host in the way: `calls` calls captured in one CUDA
-    graph (warmed up on a side stream first, as capture requires), the graph
-    replayed, the median replay divided by `calls`."""
+def captured(call, calls):
+    """`calls` calls captured in one CUDA graph (warmed up on a side stream first, as
+    capture requires), replayed once."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -110,16 +112,53 @@ def graph_microseconds(call, calls=200, replays=7):
             call()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def replay_microseconds(graph, calls):
+    """One replay of `graph`, in microseconds per call of the `calls` it holds."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    timings = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        timings.append(1e3 * start.elapsed_time(end) / calls)
+    start.record()
+    graph.replay()
+    end.record()
+    end.synchronize()
+    return 1e3 * start.elapsed_time(end) / calls
+
+
+def graph_microseconds(call, calls=200, replays=7):
+    """GPU time per call with no host in the way: `calls` calls captured in one CUDA
+    graph, the graph replayed, the median replay divided by `calls`."""
+    graph = captured(call, calls)
+    timings = [replay_microseconds(graph, calls) for _ in range(replays)]
     del graph
     return statistics.median(timings)
+
+
+def graphs_in_turn(calls_of_lines, calls, rounds=7):
+    """graph_microseconds for several lines at once, each line's graph replayed in
+    turn with the others': a round replays every line once in order, then once in
+    reverse. Returns (in order, reversed): each line's median over its replays in
+    that direction. Timed one line after another, the order of the lines moved a
+    GPU time at the largest shapes (by more than a 3% lead: checks/NOTES.md, "the
+    position of a line"); in turn, a slow drift (of the card's clock, we guess)
+    reaches every line alike. Each timed replay follows an untimed replay of the
+    same graph, so that no line starts on what its neighbour left. A line's
+    position still moves it at the largest shapes (the same row says by how much):
+    the two directions show it, and a lead smaller than that is not shown."""
+    graphs = [captured(call, calls) for call in calls_of_lines]
+    in_order, reversed_order = ([[] for _ in graphs] for _ in range(2))
+
+    def timed(index):
+        graphs[index].replay()  # untimed: the timed replay follows this line's own work
+        return replay_microseconds(graphs[index], calls)
+
+    for _ in range(rounds):
+        for index in range(len(graphs)):
+            in_order[index].append(timed(index))
+        for index in reversed(range(len(graphs))):
+            reversed_order[index].append(timed(index))
+    del graphs
+    return [statistics.median(times) for times in in_order], [statistics.median(times) for times in reversed_order]
 
 
 def input_sets(m, n, k):

@@ -23,11 +23,12 @@ shared memory to the kernel's end, branches and loops included, requiring a barr
 wherever the accesses to shared memory can turn from writes to reads or from reads
 to writes. It exits 0 when every kernel has its barriers, 1 otherwise.
 
-The Hopper kernel (hopperGemmKernel) is out of its scope: its epilogue stores C
-straight from each thread's accumulator registers, with no shared memory between
-lanes, so there is no barrier to ask for. What can go wrong there instead, reading the
-accumulators before the warpgroup's MMAs are done, fast/wgmma_order.py reads from the
-PTX, and what the epilogue stores, fast/gate.cu checks against float64.
+The Hopper kernels (hopperGemmKernel, hopperPersistentKernel) are out of its scope:
+their epilogue (storeTile) stores C straight from each thread's accumulator
+registers, with no shared memory between lanes, so there is no barrier to ask for.
+What can go wrong there instead, reading the accumulators before the warpgroup's
+MMAs are done, fast/wgmma_order.py reads from the PTX, and what the epilogue stores,
+fast/gate.cu checks against float64.
 """
 
 import os
@@ -166,8 +167,8 @@ def main():
     for problem in problems:
         print(problem)
     print("warp_barriers: " + (f"{len(problems)} problem(s)" if problems else "every epilogue has its barriers")
-          + " (hopperGemmKernel is out of scope: its epilogue shares nothing between lanes; "
-            "fast/wgmma_order.py checks its MMAs, fast/gate.cu its output)")
+          + " (the Hopper kernels are out of scope: their epilogue shares nothing between lanes; "
+            "fast/wgmma_order.py checks their MMAs, fast/gate.cu their output)")
     sys.exit(1 if problems else 0)
 
 

@@ -1,4 +1,4 @@
-"""wgmma_order.py: the Hopper kernel's warpgroup MMAs, fenced, committed and waited for,
+"""wgmma_order.py: the Hopper kernels' warpgroup MMAs, fenced, committed and waited for,
 read from the compiled program.
 
     python fast/wgmma_order.py            (needs nvcc; no GPU)
@@ -22,9 +22,10 @@ ordinary register accesses, so a fence counts for the next group whatever runs b
 them (the zeros written after it, a wait_group and the stores included). A fence is
 tracked apart from the groups, so a fence after a wait_group 1 opens the next group.
 This check compiles fast/kernel.cu to PTX for compute_90a (the only target where the
-kernel has a body) and follows every path through each hopperGemmKernel, branches and
-loops included, tracking which states each instruction can be reached in. Any MMA
-state error on any path is a problem. A kernel with no MMA, no fence, no
+kernels have a body) and follows every path through each Hopper kernel
+(hopperGemmKernel and hopperPersistentKernel, each plan), branches and loops
+included, tracking which states each instruction can be reached in. Any MMA state
+error on any path is a problem. A kernel with no MMA, no fence, no
 commit or no wait at all is one too: then there is nothing to judge. It exits 0 when
 every kernel's MMAs are in order, 1 otherwise.
 """
@@ -38,7 +39,7 @@ sys.path.insert(0, FAST)
 from warp_barriers import BRANCH, END, LABEL, compiled_ptx  # noqa: E402
 
 ARCHITECTURE = "90a"
-ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S*hopperGemmKernel\S*)\(")
+ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S*hopper(?:Gemm|Persistent)Kernel\S*)\(")
 FENCE = re.compile(r"^\s*wgmma\.fence\b")
 MMA = re.compile(r"^\s*wgmma\.mma_async\b")
 COMMIT = re.compile(r"^\s*wgmma\.commit_group\b")
@@ -53,7 +54,7 @@ START = (IDLE, False)
 
 
 def kernel_bodies(ptx):
-    """{entry name: its lines} for every hopperGemmKernel: each entry's text up to the
+    """{entry name: its lines} for every Hopper kernel: each entry's text up to the
     next entry (inline assembly's own braces rule out ending at the first '}')."""
     bodies = {}
     for part in re.split(r"(?m)^(?=\s*(?:\.visible\s+|\.weak\s+)?\.entry\s)", ptx):
@@ -129,10 +130,10 @@ def order_problems_in(name, lines):
 def order_problems(folder):
     """Every problem in `folder`'s Hopper kernels; an empty list when there is none."""
     bodies = kernel_bodies(compiled_ptx(folder, ARCHITECTURE))
-    problems = [] if bodies else [f"compute_{ARCHITECTURE}: no hopperGemmKernel in the PTX"]
+    problems = [] if bodies else [f"compute_{ARCHITECTURE}: no Hopper kernel in the PTX"]
     for name, lines in bodies.items():
         problems += [f"compute_{ARCHITECTURE} {problem}" for problem in order_problems_in(name, lines)]
-    print(f"compute_{ARCHITECTURE}: {len(bodies)} hopperGemmKernel(s) walked")
+    print(f"compute_{ARCHITECTURE}: {len(bodies)} Hopper kernel(s) walked")
     return problems
 
 
