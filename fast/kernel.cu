@@ -603,7 +603,7 @@ __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned) {
 
 // Tile `index` of C in grouped order: down group_rows rows of tiles, then across to
 // the next column, so that blocks running at the same time share rows of A and
-// columns of B in L2 (version 1's order, kGroupRows; version 3 measured its own).
+// columns of B in L2 (version 1's order, kGroupRows; fast/tile_order.cu times others).
 struct TileCoordinates {
     int row, col;
 };
@@ -742,8 +742,8 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
 // blockIdx.x + gridDim.x, ... in grouped order. What that changes:
 //   - the ring runs on from one tile into the next: while the consumers store a
 //     tile, the producer is already filling the ring with the next tile's first
-//     stages (the epilogue overlaps the next tile's loads, and its stores drain
-//     while the next tile's MMAs run);
+//     stages (the epilogue overlaps the next tile's loads; the MMAs wait for the
+//     stores to be issued, not to land);
 //   - the producer and the consumers count ring positions across tiles, so a
 //     consumer's k-th stage of its i-th tile is position i * k_tiles + k;
 //   - warp specialisation in registers too: the producer warpgroup gives registers
@@ -777,8 +777,8 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
         if (threadIdx.x == 0) {
             int position = 0;
             for (int index = blockIdx.x; index < tiles; index += gridDim.x)
-                position = produceTile<Plan>(ring, &map_a, &map_b, groupedTile(index, tiles_m, tiles_n, group_rows),
-                                       k_tiles, position);
+                position = produceTile<Plan>(ring, &map_a, &map_b,
+                                             groupedTile(index, tiles_m, tiles_n, group_rows), k_tiles, position);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
@@ -794,7 +794,7 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
 }
 
 // Whether this device runs sm_90a code: 1 only where the code that the driver chose
-// for it was compiled with the Hopper kernel's body. Read once per device and thread
+// for it was compiled with the Hopper kernels' bodies. Read once per device and thread
 // (runsHopperCode, with the launchers).
 __device__ int hopper_code_ran;
 
