@@ -33,37 +33,9 @@ extern const int kTileM, kTileN, kTileK;
 
 namespace {
 
-// Each message is assembled as one std::string, with integers through std::to_string:
-// a compiler that links libstdc++ statically (seen: the H200 image's) makes integers
-// streamed into TORCH_CHECK crash the interpreter (checks/NOTES.md says why).
-std::string text(int64_t value) {
-    return std::to_string(value);
-}
-
-std::string text(c10::IntArrayRef values) {
-    std::string joined = "[";
-    for (size_t i = 0; i < values.size(); ++i) joined += (i ? ", " : "") + text(values[i]);
-    return joined + "]";
-}
-
-// A dtype as a student writes it in Python, not as C++ names it (Half).
-std::string text(at::ScalarType dtype) {
-    switch (dtype) {
-        case at::kHalf: return "torch.float16";
-        case at::kFloat: return "torch.float32";
-        case at::kDouble: return "torch.float64";
-        case at::kBFloat16: return "torch.bfloat16";
-        case at::kInt: return "torch.int32";
-        case at::kLong: return "torch.int64";
-        case at::kBool: return "torch.bool";
-        default: return c10::toString(dtype);
-    }
-}
-
-std::string text(const at::Tensor& t) {  // "256x512 torch.float16 on cuda:0"; op.py's described
-    std::string shape;
-    for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "x" : "") + text(t.size(d));
-    return (t.dim() ? shape : "scalar") + " " + text(t.scalar_type()) + " on " + t.device().str();
+// What a message shows of a tensor: "[256, 512] Half on cuda:0" (op.py's described()).
+std::string described(const at::Tensor& t) {
+    return c10::str(t.sizes(), " ", t.scalar_type(), " on ", t.device());
 }
 
 // The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
@@ -73,30 +45,28 @@ std::string text(const at::Tensor& t) {  // "256x512 torch.float16 on cuda:0"; o
 // what the CUDA kernel needs and the CPU reference does not.
 void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor& b,
                    at::ScalarType input_dtype, bool tile_rules) {
-    // Built only when a check fails: TORCH_CHECK evaluates its message lazily.
-    const auto seen = [&] { return "; got a: " + text(a) + ", b: " + text(b); };
-    TORCH_CHECK(a.dim() == 2 && b.dim() == 2,
-                op + ": rule 'two matrices': a and b must be 2-D" + seen());
-    TORCH_CHECK(a.device() == b.device(),
-                op + ": rule 'one device': a and b must be on the same device" + seen());
-    TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype,
-                op + ": rule 'dtype': on " + a.device().str() + " a and b must be " +
-                    text(input_dtype) + seen());
+    // TORCH_CHECK builds its message from the arguments after the condition, and only
+    // when the check fails.
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 2, op, ": rule 'two matrices': a and b must be 2-D; ",
+                "got a: ", described(a), ", b: ", described(b));
+    TORCH_CHECK(a.device() == b.device(), op, ": rule 'one device': a and b must be on the same ",
+                "device; got a: ", described(a), ", b: ", described(b));
+    TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype, op,
+                ": rule 'dtype': on ", a.device(), " a and b must be ", input_dtype, "; got a: ",
+                described(a), ", b: ", described(b));
     // Checked, never fixed with .contiguous(): that would copy the whole matrix on
     // every call, where the caller cannot see it in a profile.
-    TORCH_CHECK(a.is_contiguous() && b.is_contiguous(),
-                op + ": rule 'contiguous': a and b must be row-major contiguous; got a: " +
-                    text(a) + " with strides " + text(a.strides()) + ", b: " + text(b) +
-                    " with strides " + text(b.strides()) +
-                    "; call .contiguous() to make the copy explicit");
-    TORCH_CHECK(a.size(1) == b.size(0),
-                op + ": rule 'inner dimensions': a.size(1) must equal b.size(0)" + seen());
+    TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), op, ": rule 'contiguous': a and b must ",
+                "be row-major contiguous; got a: ", described(a), " with strides ", a.strides(),
+                ", b: ", described(b), " with strides ", b.strides(),
+                "; call .contiguous() to make the copy explicit");
+    TORCH_CHECK(a.size(1) == b.size(0), op, ": rule 'inner dimensions': a.size(1) must equal ",
+                "b.size(0); got a: ", described(a), ", b: ", described(b));
     if (!tile_rules) return;
 #ifdef DAY87_WITH_CUDA
     TORCH_CHECK(a.size(0) % kTileM == 0 && b.size(1) % kTileN == 0 && a.size(1) % kTileK == 0,
-                op + ": rule 'tile': M, N and K must be multiples of " + text(kTileM) +
-                    ", " + text(kTileN) + " and " + text(kTileK) + "; got M=" + text(a.size(0)) +
-                    ", N=" + text(b.size(1)) + ", K=" + text(a.size(1)));
+                op, ": rule 'tile': M, N and K must be multiples of ", kTileM, ", ", kTileN,
+                " and ", kTileK, "; got M=", a.size(0), ", N=", b.size(1), ", K=", a.size(1));
 #endif
     // A view into the middle of a buffer (x[1:] of a 1-D buffer, say) can be
     // contiguous and still start off a 16-byte boundary; the kernel's 16-byte
@@ -104,10 +74,9 @@ void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor&
     const auto misalignment = [](const at::Tensor& t) {
         return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16;
     };
-    TORCH_CHECK(misalignment(a) == 0 && misalignment(b) == 0,
-                op + ": rule 'alignment': a and b must start on a 16-byte boundary; "
-                "got storage offsets of " + text(a.storage_offset()) + " and " +
-                    text(b.storage_offset()) + " elements");
+    TORCH_CHECK(misalignment(a) == 0 && misalignment(b) == 0, op, ": rule 'alignment': a and b ",
+                "must start on a 16-byte boundary; got storage offsets of ", a.storage_offset(),
+                " and ", b.storage_offset(), " elements");
 }
 
 }  // namespace
@@ -147,7 +116,7 @@ at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
         static_cast<size_t>(m), static_cast<size_t>(n), static_cast<size_t>(k),
         c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
     // Raise, never exit: std::exit would end the interpreter without a traceback.
-    TORCH_CHECK(status == cudaSuccess, op + ": launch failed: " + cudaGetErrorString(status));
+    TORCH_CHECK(status == cudaSuccess, op, ": launch failed: ", cudaGetErrorString(status));
     return c;
 }
 #endif

@@ -5,13 +5,12 @@
                            # float64 on the CPU gives float64
 
 The first import compiles kernel.cu and binding.cpp (tens of seconds, said in one
-line); later imports load the cached library without running a compiler.
+line); later imports load that library, with no compiler.
 """
 
 import torch
 
-# The tile the CUDA kernel needs the shape to divide: M, N and K. kernel.cu holds
-# the same numbers for C++ (kTileM, kTileN, kTileK); this is the Python copy.
+# The tile the CUDA kernel needs M, N and K to divide: kernel.cu's kTileM, kTileN, kTileK.
 TILE_M, TILE_N, TILE_K = 128, 128, 16
 
 
@@ -21,9 +20,7 @@ def wmma_mm(a, b):
     return torch.ops.day87.wmma_mm(a, b)
 
 
-def check_tensors(op_name, a, b):
-    """The rule 'two matrices' for what is not a tensor at all: the dispatcher
-    would say only that it found no device."""
+def check_tensors(op_name, a, b):  # of None the dispatcher says only "no device"
     for name, value in (("a", a), ("b", b)):
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"{op_name}: rule 'two matrices': {name} must be a 2-D tensor; "
@@ -31,14 +28,11 @@ def check_tensors(op_name, a, b):
 
 
 def accumulate_dtype(input_dtype):
-    """The output dtype for an input dtype: FP16 accumulates and is stored in FP32,
-    the float64 reference path stays in float64. Shared by every operator that keeps
-    this contract, so its message names none of them; each one's own dtype rule
-    comes first."""
+    """FP16 accumulates and is stored in FP32; the float64 reference path stays float64."""
     widened = {torch.float16: torch.float32, torch.float64: torch.float64}
     if input_dtype not in widened:
-        raise TypeError(f"day87: accumulate_dtype: no accumulate dtype for {input_dtype}; the "
-                        "operators take torch.float16 (CUDA) or torch.float64 (CPU)")
+        raise TypeError(f"day87: no accumulate dtype for {input_dtype}; the operators take "
+                        "torch.float16 (CUDA) or torch.float64 (CPU)")
     return widened[input_dtype]
 
 
@@ -50,9 +44,8 @@ def _fake(a, b):
 
 
 def check_matrices(op_name, a, b):
-    """The rules of binding.cpp's contract that a fake tensor can show, worded as
-    binding.cpp words them, so that a compiled call fails with the same message as
-    an eager one. op_name starts each message: a second operator passes its own."""
+    """binding.cpp's rules that a fake tensor can show, in its words: a compiled call fails
+    as an eager one does."""
     def broke(rule, requirement):
         return lambda: (f"{op_name}: rule '{rule}': {requirement}; "
                         f"got a: {described(a)}, b: {described(b)}")
@@ -60,7 +53,7 @@ def check_matrices(op_name, a, b):
     torch._check(a.device == b.device, broke("one device", "a and b must be on the same device"))
     expected = torch.float16 if a.device.type == "cuda" else torch.float64
     torch._check(a.dtype == expected and b.dtype == expected,
-                 broke("dtype", f"on {a.device} a and b must be {expected}"))
+                 broke("dtype", f"on {a.device} a and b must be {scalar_type(expected)}"))
     torch._check(a.shape[1] == b.shape[0],
                  broke("inner dimensions", "a.size(1) must equal b.size(0)"))
     if a.device.type == "cuda":  # one check per size: each becomes a guard of its own
@@ -70,8 +63,12 @@ def check_matrices(op_name, a, b):
                 f"{TILE_N} and {TILE_K}; got M={a.shape[0]}, N={b.shape[1]}, K={a.shape[1]}"))
 
 
-def described(t):  # "4x3 torch.float64 on cpu", as binding.cpp describes a tensor
-    return f"{'x'.join(str(size) for size in t.shape) or 'scalar'} {t.dtype} on {t.device}"
+def described(t):  # "[4, 3] Double on cpu", as binding.cpp streams a tensor's sizes, dtype, device
+    return f"[{', '.join(map(str, t.shape))}] {scalar_type(t.dtype)} on {t.device}"
+
+
+def scalar_type(dtype):  # torch.float16 -> "Half": C++'s name, which PyTorch's own errors use
+    return torch.empty((), dtype=dtype, device="meta").type().split(".")[-1][:-len("Tensor")]
 
 
 def _setup_context(ctx, inputs, output):
@@ -100,9 +97,7 @@ def _backward(ctx, grad):
 
 
 def _register():
-    """The registrations that live in Python: wmma_mm's fake and backward. They need
-    the schema that binding.cpp defines, so they run once the library is loaded
-    (end of file)."""
+    """wmma_mm's fake and backward, once binding.cpp's library (its schema) is loaded."""
     # A Library object owns them, unlike the lesson's decorators, so that
     # importlib.reload(op) can drop the previous module's registrations first.
     library = torch.library.Library("day87", "FRAGMENT")
@@ -112,309 +107,265 @@ def _register():
     return library
 
 
-# ===========================================================================
-# The build: kernel.cu and binding.cpp compiled into one library at the first import.
-# ===========================================================================
-import hashlib, os, sys  # noqa: E401, E402
+# ==== The build: kernel.cu and binding.cpp, one library, at first import ====
+import contextlib, filecmp, hashlib, os, pathlib, re, shutil, stat, struct, subprocess, sys  # noqa
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-NAMESPACE = "day87"  # binding.cpp's TORCH_LIBRARY namespace, and its build folder's prefix
-SOURCES = ("kernel.cu", "binding.cpp")
 
 
-def build_plan(namespace=NAMESPACE, folder=HERE, sources=SOURCES, depends=(), cflags=(), more_archs=()):
-    """The build of `sources` (in `folder`; `depends`: files they include; `more_archs`: to build for
-    beside the usual) and the folder its key names."""
-    toolkit = find_toolkit() if torch.version.cuda else None
-    compiled = tuple(name for name in sources if toolkit or not name.endswith(".cu"))  # else CPU alone
-    # Code for the card at hand alone launches there and on no newer card ("no kernel image
-    # is available" on the machine it ships to): every visible card's architecture, and
-    # PTX on the newest, which the driver compiles for any card that came later.
-    archs = ";".join([architecture_list(), *more_archs]) if toolkit else None
-    # The key: what the library depends on, hashed into its folder's name, so that a change
-    # builds anew, never loads a stale library. torch's version and CUDA build are in it as the
-    # library links against this libtorch's C++ symbols: another torch says "undefined symbol".
-    digest = hashlib.sha256()
-    for path in [os.path.join(folder, name) for name in compiled] + list(depends):
-        with open(path, "rb") as source:
-            digest.update(os.path.basename(path).encode() + b"\0" + source.read() + b"\0")
-    for part in (torch.__version__, torch.version.cuda, archs, sys.version, sys.platform, *cflags):
-        digest.update(str(part).encode() + b"\0")
-    key = digest.hexdigest()[:16]
-    cache = os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.expanduser("~/.cache/torch_extensions")
-    directory = os.path.join(cache, f"{namespace}-{key}")
-    return {"namespace": namespace, "extension": f"{namespace}_ext", "folder": folder, "sources": compiled,
-            "depends": tuple(depends), "cflags": tuple(cflags), "with_cuda": toolkit is not None,
-            "toolkit": toolkit, "cuda_home": toolkit and toolkit["home"], "archs": archs, "key": key,
-            "directory": directory, "library": os.path.join(directory, f"{namespace}_ext.so"),
-            "done_marker": os.path.join(directory, "build-complete"),  # both: see _build
-            "failed_marker": os.path.join(directory, "build-failed")}
+def build_and_load():
+    """The toolkit, the key, one cpp_extension.load on a cold cache, the library loaded."""
+    toolkit = find_toolkit()  # None: binding.cpp is built alone, for the CPU
+    sources = [os.path.join(HERE, name) for name in ["kernel.cu"] * bool(toolkit) + ["binding.cpp"]]
+    # Every visible card's architecture, and PTX on the newest, which the driver compiles for
+    # later cards: code for the build machine's card alone runs on no newer one.
+    archs = architectures() if toolkit else None
+    # The key: sources, architectures, torch's version and CUDA build, Python, hashed into the
+    # folder's name. A change builds anew; no stale library, none of another libtorch, loads.
+    directory = keyed_directory("day87", sources, archs)
+    library = os.path.join(directory, "day87_ext.so")
+    refuse_another_copy("day87", __file__, library)
+    if not built(library):
+        with preparing_build(library, sources, toolkit, archs) as (cpp_extension, flags):
+            cpp_extension.load(
+                name="day87_ext", sources=sources, build_directory=directory,
+                # binding.cpp registers its CUDA implementation only where kernel.cu is built
+                extra_cflags=["-O2"] + ["-DDAY87_WITH_CUDA"] * bool(toolkit),
+                # -lineinfo: compute-sanitizer names kernel.cu's lines; free at run time
+                extra_cuda_cflags=["-O3", "-lineinfo"],
+                extra_include_paths=flags["include"], extra_ldflags=flags["link"],
+                # No Python module: binding.cpp's TORCH_LIBRARY blocks register the operators
+                # as the library loads
+                is_python_module=False)
+    load_library(library)
+    return {"directory": directory, "library": library, "archs": archs, "toolkit": toolkit,
+            "with_cuda": toolkit is not None, "cuda_home": toolkit and toolkit["home"]}
 
 
-def build(plan):
-    """Compile and link plan["sources"] into plan["library"]; _build calls it under its lock."""
-    # _toolkit_for points cpp_extension at the plan's toolkit and architectures, not those it guesses.
-    with _toolkit_for(plan) as (cpp_extension, include_paths, link_flags):
-        cpp_extension.load(
-            name=plan["extension"],
-            sources=[os.path.join(plan["folder"], name) for name in plan["sources"]],
-            # binding.cpp registers its CUDA implementation only where kernel.cu is built too.
-            extra_cflags=["-O2", *plan["cflags"]] + (["-DDAY87_WITH_CUDA"] if plan["with_cuda"] else []),
-            # -lineinfo lets compute-sanitizer name kernel.cu's lines, at no cost at run time.
-            extra_cuda_cflags=["-O3", "-lineinfo"],
-            extra_include_paths=include_paths,
-            extra_ldflags=link_flags,
-            build_directory=plan["directory"],
-            # No Python module: binding.cpp's TORCH_LIBRARY blocks register the operators
-            # from static initialisers, which run as the library is loaded.
-            is_python_module=False)
-
-
-# ==== The machinery: what real machines need. A student need not read on. ====================
-import contextlib, filecmp, logging, pathlib, re, shutil, stat, subprocess  # noqa: E401, E402
-BUILD_LOCK_TIMEOUT_S = float(os.environ.get("DAY87_BUILD_LOCK_TIMEOUT_S", "900"))  # for another's build
-TOOLKIT_FIX = (f'pip install "cuda-toolkit[nvcc,cccl]=={torch.version.cuda}.*" (this torch\'s CUDA, into this '
-               "environment; op.py finds it there)" if int((torch.version.cuda or "0").split(".")[0]) >= 13 else
-               f"install the CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it (PyPI's CUDA 12 wheels "
-               "carry ptxas but no nvcc)")
-
-
-def _say(message):  # stderr, flushed: seen in a terminal, a notebook cell and a CI log alike
+# ==== What cpp_extension.load lacks on real machines: a student need not read on ====
+def _say(message):  # flushed: for a terminal, a notebook and a CI log alike
     print(f"day87: {message}", file=sys.stderr, flush=True)
 
 
-def architecture_list():  # as TORCH_CUDA_ARCH_LIST spells them, which wins where set
-    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():  # no card (CI): the T4 up
+def find_toolkit():  # in README's order; load() does not look in pip's wheels
+    if not torch.version.cuda:
+        return None
+    chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    major, parts = torch.version.cuda.split(".")[0], []
+    with contextlib.suppress(ImportError):
+        import nvidia  # pip's cuda-toolkit: nvidia/cu13 in one or more site-packages
+        parts = [] if chosen else [os.path.join(root, f"cu{major}") for root in nvidia.__path__]
+    if homes := [part for part in parts if os.path.exists(f"{part}/bin/nvcc")]:
+        # libcudart.so.13, no libcudart.so for -lcudart
+        cudart = [f"{part}/lib/libcudart.so.{major}" for part in parts]
+        return {"home": homes[0], "cudart": next(filter(os.path.exists, cudart), None),
+                "include": [f"{part}/include" for part in parts]}
+    nvcc = shutil.which("nvcc")
+    for home in [chosen] if chosen else [
+            nvcc and os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]:
+        if home and all(os.path.exists(f"{home}/{part}") for part in
+                        ("bin/nvcc", "include/cuda_runtime.h")):
+            return {"home": home, "include": [], "cudart": None}
+
+
+def toolkit_fix():  # PyPI's CUDA 12 wheels carry no nvcc
+    return (f'pip install "cuda-toolkit[nvcc,cccl]=={torch.version.cuda}.*"' if
+            torch.version.cuda >= "13" else f"CUDA_HOME=(a CUDA {torch.version.cuda} toolkit)")
+
+
+def architectures():  # TORCH_CUDA_ARCH_LIST wins; with no card (CI) load() has no default
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") or not torch.cuda.is_available():
         return os.environ.get("TORCH_CUDA_ARCH_LIST") or "7.5;8.0;8.6;8.9;9.0+PTX"
     cards = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
     return ";".join(f"{major}.{minor}" for major, minor in cards) + "+PTX"
 
 
-def find_toolkit():
-    """The CUDA toolkit to build with, or None, looked for in README's order (and for its reasons)."""
-    chosen, major = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"), torch.version.cuda.split(".")[0]
-    # pip's cuda-toolkit wheels: nvidia/cu13 (maybe in another site-packages), with no libcudart.so to link.
-    parts = []
-    with contextlib.suppress(ImportError):
-        import nvidia  # the namespace package that the wheels install into
-        parts = [] if chosen else [os.path.join(root, f"cu{major}") for root in nvidia.__path__]
-    if homes := [part for part in parts if os.path.exists(f"{part}/bin/nvcc")]:
-        cudart = (f"{part}/lib/libcudart.so.{major}" for part in parts)
-        return {"home": homes[0], "cudart": next(filter(os.path.exists, cudart), None),
-                "include": [f"{part}/include" for part in parts if os.path.isdir(f"{part}/include")]}
-    nvcc = shutil.which("nvcc")
-    for home in [chosen] if chosen else [
-            nvcc and os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]:
-        if home and os.path.exists(f"{home}/bin/nvcc") and os.path.exists(f"{home}/include/cuda_runtime.h"):
-            return {"home": home, "include": [], "cudart": None}
-    return None
+def keyed_directory(namespace, sources, archs):
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(os.path.basename(path).encode() + b"\0" + pathlib.Path(path).read_bytes())
+    digest.update(repr((torch.__version__, torch.version.cuda, archs, sys.version)).encode())
+    cache = (os.environ.get("TORCH_EXTENSIONS_DIR")
+             or os.path.expanduser("~/.cache/torch_extensions"))
+    return os.path.join(cache, f"{namespace}-{digest.hexdigest()[:16]}")
 
 
-def nvcc_version_text(cuda_home):
-    return subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+def built(library):  # a warm import needs no ninja, unlike load(). ninja logs a command once
+    # done: a library not in its log is a link still running, or a killed one.
+    log = pathlib.Path(os.path.dirname(library), ".ninja_log")
+    return os.path.exists(library) and os.path.basename(library) in log.read_text()
 
 
 @contextlib.contextmanager
-def _toolkit_for(plan):
-    """cpp_extension pointed at the plan's toolkit and architectures, and that toolkit's flags."""
-    # Its import warns "No CUDA runtime is found" where no GPU is; the build line says which toolkit.
-    logger = logging.getLogger("torch.utils.cpp_extension")
-    disabled, logger.disabled = logger.disabled, True
+def preparing_build(library, sources, toolkit, archs):  # around the load() that builds
+    from filelock import FileLock  # torch depends on filelock
     from torch.utils import cpp_extension
-    logger.disabled = disabled
-    toolkit, link_flags = plan["toolkit"] or {"include": [], "cudart": None}, []
-    saved = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if plan["with_cuda"]:
-        cpp_extension.CUDA_HOME = toolkit["home"]
-        os.environ["TORCH_CUDA_ARCH_LIST"] = plan["archs"]
-    if toolkit["cudart"]:  # -lcudart needs a libcudart.so: link one in
-        link = os.path.join(plan["directory"], "cudart", "libcudart.so")
-        os.makedirs(os.path.dirname(link), exist_ok=True)
-        if not os.path.lexists(link):
-            os.symlink(toolkit["cudart"], link)
-        link_flags = [f"-L{os.path.dirname(link)}"]
-    try:
-        yield cpp_extension, toolkit["include"], link_flags
-    finally:  # the environment as it was
-        os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
-        os.environ.update({} if saved is None else {"TORCH_CUDA_ARCH_LIST": saved})
-
-
-def _build(plan, check_more=None):
-    """build(plan), one process at a time, once refusals passed and a killed build's leftovers are gone."""
-    from filelock import FileLock, Timeout  # torch depends on filelock
-    directory = plan["directory"]
+    directory = os.path.dirname(library)
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)  # private to its owner
-        _refuse_unless_private(directory)
-        # An flock: the kernel releases it when its holder dies, so a killed build never blocks the next.
-        lock = FileLock(os.path.join(directory, "op.lock"))
-        try:
-            held = lock.acquire(timeout=0)
-        except Timeout:
-            _say(f"another process is building in {directory}; waiting for it")
-            held = lock.acquire(timeout=BUILD_LOCK_TIMEOUT_S)
-    except Timeout:
-        raise RuntimeError(f"day87: waited {BUILD_LOCK_TIMEOUT_S:.0f} s for the process that holds "
-                           f"{lock.lock_file} to finish its build. If no other Python process is building "
-                           "day87, delete that file and import again; DAY87_BUILD_LOCK_TIMEOUT_S sets the "
-                           "wait.") from None
     except OSError as error:
-        raise RuntimeError(f"day87: cannot write the build cache {directory}: {error}. "
-                           "Set TORCH_EXTENSIONS_DIR to a writable folder.") from None
-    with held:
-        if os.path.exists(plan["done_marker"]):
-            return  # the process we waited for built it
-        if shutil.which("ninja") is None:
-            raise RuntimeError("day87: building the extension needs ninja, and none is on PATH. "
-                               "Fix: pip install ninja (it is in requirements.txt).")
-        if plan["with_cuda"]:  # a mismatched pair would build and then not load
-            found = re.search(r"release (\d+)\.(\d+)", text := nvcc_version_text(plan["cuda_home"]))
-            nvcc_major = found.group(1) if found else "unknown"
-            if nvcc_major != torch.version.cuda.split(".")[0]:
-                raise RuntimeError(
-                    f"day87: nvcc in {plan['cuda_home']} is CUDA {found.group(0) if found else text!r}, but "
-                    f"torch {torch.__version__} was built with CUDA {torch.version.cuda}. Their major versions "
-                    f"must match: an extension built by one cannot load beside the other. Fix: {TOOLKIT_FIX}; "
-                    f"or install a torch built for CUDA {nvcc_major}.x (the cu{nvcc_major}* index at "
-                    "https://download.pytorch.org/whl/).")
-            if check_more:
-                check_more(plan)
-        # cpp_extension's own lock file: as we hold op.lock, one here is a failed build's or a
-        # killed one's (on torch releases whose load() waits while it exists, forever).
-        stale_lock = os.path.join(directory, "lock")
-        if os.path.exists(plan["failed_marker"]):
-            _say(f"the last build in {directory} failed "
-                 f"({pathlib.Path(plan['failed_marker']).read_text().strip()}); building again")
-            os.remove(plan["failed_marker"])
-        elif os.path.exists(stale_lock):
-            _say(f"removing {stale_lock}, left by a build that was killed")
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(stale_lock)
-        what = (f"for sm {plan['archs']} with the toolkit in {plan['cuda_home']}" if plan["with_cuda"] else
-                f"CPU part only ({'no CUDA toolkit found' if torch.version.cuda else 'torch has no CUDA'})")
-        _say(f"building the extension {what} in {directory}; a first build takes tens of seconds")
-        try:
-            build(plan)
-        except (RuntimeError, OSError) as error:
-            first_error, message = _explain_build_failure(error, plan)
-            pathlib.Path(plan["failed_marker"]).write_text(first_error + "\n")  # the next import says so
-            raise RuntimeError(message) from None
-        # A umask of 002 would leave it group-writable, and the check before every load refuse it.
-        os.chmod(plan["library"], os.stat(plan["library"]).st_mode & ~0o022)
-        # Last: a library that a killed link left half-written has no marker, and is rebuilt.
-        pathlib.Path(plan["done_marker"]).write_text(f"{plan['key']}\n{plan['folder']}\n")  # built from
+        raise RuntimeError(f"day87: cannot write the build cache {directory}: {error}. Fix: "
+                           "TORCH_EXTENSIONS_DIR=(a writable folder)") from None
+    refuse_unless_private(directory)
+    # load()'s lock is an flock from torch 2.14 on, freed as its holder dies; before, a file
+    # that blocks while it exists (FileBaton), which a killed build leaves: later imports wait
+    # forever. Under our flock, a `lock` is a dead build's.
+    baton = hasattr(cpp_extension, "FileBaton")
+    with FileLock(os.path.join(directory, "op.lock")) if baton else contextlib.nullcontext():
+        if baton and os.path.exists(stale := os.path.join(directory, "lock")):
+            _say(f"removing {stale}, left by a build that was killed")
+            os.remove(stale)
+        if not shutil.which("ninja"):
+            raise RuntimeError("day87: building needs ninja, not on PATH. Fix: pip install ninja")
+        variables = {"TORCH_CUDA_ARCH_LIST": archs or "", **compiler_for()}
+        flags = {"include": toolkit["include"] if toolkit else [], "link": []}
+        if toolkit:
+            check_nvcc_major(toolkit["home"])
+            cpp_extension.CUDA_HOME = toolkit["home"]  # the toolkit found, not load()'s guess
+            if toolkit["cudart"]:  # pip's: -lcudart needs a libcudart.so
+                os.makedirs(cudart := os.path.join(directory, "cudart"), exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    os.symlink(toolkit["cudart"], os.path.join(cudart, "libcudart.so"))
+                flags["link"].append(f"-L{cudart}")
+        elif torch.version.cuda:
+            _say(f"no CUDA toolkit found: the CPU part only. Fix: {toolkit_fix()}")
+        what = f"for sm {archs} with the toolkit in {toolkit['home']}" if toolkit else "CPU part"
+        if not built(library):  # else built while we waited
+            _say(f"building {what} in {directory}; a first build takes tens of seconds")
+        import unittest.mock
+        with unittest.mock.patch.dict(os.environ, variables):
+            try:
+                yield cpp_extension, flags
+            except (RuntimeError, OSError) as error:
+                raise RuntimeError(explain_build_failure(error, sources)) from None
 
 
-def _explain_build_failure(error, plan):
-    """(the failure in one line, the message to raise) for an error out of build()."""
+def check_nvcc_major(cuda_home):  # load() does not compare it with torch's
+    text = subprocess.run([f"{cuda_home}/bin/nvcc", "-V"], capture_output=True, text=True).stdout
+    found = re.search(r"release (\d+)\.\d+", text)
+    if (nvcc := found and found[1]) != torch.version.cuda.split(".")[0]:
+        raise RuntimeError(f"day87: nvcc in {cuda_home} is CUDA {found[0] if found else text!r},"
+                           f" torch's {torch.version.cuda}: their libraries do not mix."
+                           f" Fix: {toolkit_fix()}, or a torch for CUDA {nvcc}.")
+
+
+# A static libstdc++ (the H200 image's CXX, even with -Bdynamic) beside torch's libstdc++.so.6
+# crashes Python at a TORCH_CHECK streaming a number (checks/NOTES.md): probed before load().
+def compiler_for():  # CXX (else c++) if its probe needs libstdc++.so.6, else g++, as CC too:
+    # load() gives nvcc's -ccbin CC, not CXX
+    compiler = os.environ.get("CXX", "c++")
+    if needs_libstdcxx(compiler) is not False:  # None: no probe; the build will say why
+        return {}
+    if not needs_libstdcxx("/usr/bin/g++"):
+        raise RuntimeError(f"day87: {compiler} links libstdc++ statically: a TORCH_CHECK would "
+                           "crash Python. Fix: CXX=/usr/bin/g++ (one that links libstdc++.so.6)")
+    _say(f"{compiler} links libstdc++ statically (TORCH_CHECK would crash): using /usr/bin/g++")
+    return {"CXX": "/usr/bin/g++", "CC": "/usr/bin/g++"}
+
+
+def needs_libstdcxx(compiler):  # None: the compiler links no probe
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        source = pathlib.Path(folder, "probe.cpp")
+        source.write_text("#include <sstream>\n"
+                          "std::string f(long n) { std::ostringstream s; s << n; return s.str(); }")
+        with contextlib.suppress(OSError):  # no such compiler
+            if subprocess.run([compiler, "-shared", "-fPIC", source, "-o", f"{folder}/probe.so"],
+                              capture_output=True).returncode == 0:
+                return "libstdc++.so.6" in needed_libraries(f"{folder}/probe.so")
+
+
+def needed_libraries(path):  # an ELF64 library's DT_NEEDED list
+    data = pathlib.Path(path).read_bytes()
+    table, = struct.unpack_from("<Q", data, 40)  # ELF header: section headers' offset,
+    size, count = struct.unpack_from("<HH", data, 58)  # size and count
+    # Each section's type, offset, size, link. The dynamic one (type 6) holds (tag, value)
+    # pairs: tag 1's value is a needed library's name in section `link`.
+    sections = [struct.unpack_from("<4xI16xQQI", data, table + i * size) for i in range(count)]
+    for kind, offset, length, link in sections:
+        if kind == 6:
+            names = sections[link][1]
+            return [data[names + value:data.index(b"\0", names + value)].decode() for tag, value
+                    in struct.iter_unpack("<qQ", data[offset:offset + length]) if tag == 1]
+    return []
+
+
+def explain_build_failure(error, sources):  # a compile error's first line before the log
     text, cause = str(error), error.__cause__ or error.__context__
     while cause is not None:  # torch 2.14 wraps the loader's OSError in a RuntimeError
         text, cause = f"{text}\n{cause}", cause.__cause__ or cause.__context__
-    missing = re.search(r"undefined symbol: (\S+)", text)
-    if not missing:  # a compiler's log
-        first = first_compiler_error(text)
-        return (first or "see the log", f"{text}\n\nday87: the build failed. Its first error"
-                + (f":\n    {first}" if first else " is in the log above") + "\nFix it and import again.")
-    # A library that links and then does not load: one message, in C++'s words.
-    symbol = missing.group(1)
-    if shutil.which("c++filt"):  # binutils, beside the compiler that built the library
-        symbol = subprocess.run(["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
-    # A free function's mangled name is _Z, its name's length, its name: "_Z14launchWmmaGemm...".
-    mangled = re.match(r"_Z(\d+)", symbol)
-    function = (symbol[len(mangled[0]):len(mangled[0]) + int(mangled[1])] if mangled
-                else re.match(r"[\w:]+", symbol).group(0).split("::")[-1])
-    # Named in two of the build's files (or of the lesson's, which another folder's include): ours.
-    paths = [os.path.join(plan["folder"], name) for name in plan["sources"]] + list(plan["depends"])
-    ours = sum(function in pathlib.Path(path).read_text() for path in paths) >= 2
-    return (f"undefined symbol {symbol}", "day87: the library built but does not load: " + (
-        f"nothing defines {symbol}. binding.cpp declares {function} near its top and kernel.cu defines "
-        "it: the two must have the same parameter types in the same order, or the call links to a "
-        f"function that does not exist. Fix: make binding.cpp's declaration of {function} match its "
-        f"definition in kernel.cu (in {plan['folder']})." if ours else
-        f"undefined symbol {symbol}. It was linked against another libtorch than the one this "
-        f"interpreter loaded (torch {torch.__version__} from {os.path.dirname(torch.__file__)}). "
-        "Fix: build and import from the same environment."))
+    if not (missing := re.search(r"undefined symbol: (\S+)", text)):
+        first = first_compiler_error(text) or "see the log below"
+        return f"day87: the build failed. Its first error:\n    {first}\nThe log:\n{text}"
+    symbol = missing[1]  # c++filt (binutils) demangles it
+    symbol = shutil.which("c++filt") and subprocess.run(
+        ["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
+    function = re.match(r"[\w:]*", symbol)[0].split("::")[-1]
+    if all(function in pathlib.Path(path).read_text() for path in sources[-2:]):
+        return (f"day87: the library does not load: nothing defines {symbol}. Fix: make "
+                f"binding.cpp's declaration of {function} match its definition in kernel.cu "
+                f"({sources[0]}).")
+    return (f"day87: undefined symbol {symbol}: built for another libtorch. Fix: build and "
+            "import in one environment.")
 
 
-def first_compiler_error(log):
-    """'kernel.cu:123: message' for a build log's first error (gcc's file:line:column:, nvcc's file(line):)."""
+def first_compiler_error(log):  # "kernel.cu:12: message": gcc's file:line:col:, nvcc's file(line):
     error = re.compile(r"\s*(\S+?)(?::(\d+)(?::\d+)?|\((\d+)\)):\s*(?:fatal )?error:?\s*(.*)")
-    found = next(filter(None, map(error.match, log.splitlines())), None)
-    return (f"{os.path.basename(found[1])}:{found[2] or found[3]}: {found[4]}" if found else
-            next((line.strip() for line in log.splitlines() if re.search(r"\berror\b", line)), None))
+    if found := next(filter(None, map(error.match, log.splitlines())), None):
+        return f"{os.path.basename(found[1])}:{found[2] or found[3]}: {found[4]}"
+    return next((line for line in log.splitlines() if re.search(r"\berror\b", line)), None)
 
 
-def _refuse_unless_private(*paths):
-    """A library is code this process will run: refuse one that others own, could write or swap."""
-    mode = os.stat(cache_root := os.path.dirname(paths[0])).st_mode
-    problems = [f"{cache_root} is writable by others and not sticky"] if (
-        mode & stat.S_IWOTH and not mode & stat.S_ISVTX) else []
+def refuse_unless_private(*paths):  # code we will run: refuse a library others could swap
+    root, problems = os.path.dirname(paths[0]), []
+    if os.stat(root).st_mode & (stat.S_IWOTH | stat.S_ISVTX) == stat.S_IWOTH:
+        problems.append(f"{root} is writable by others and not sticky")
     for path in filter(os.path.exists, paths):
-        info = os.stat(path)
-        if info.st_uid != os.getuid():
-            problems.append(f"{path} belongs to user {info.st_uid}, not to you ({os.getuid()})")
+        if (info := os.stat(path)).st_uid != os.getuid():
+            problems.append(f"{path} belongs to user {info.st_uid}, not to you")
         elif info.st_mode & 0o022:
             problems.append(f"{path} is writable by others (mode {stat.filemode(info.st_mode)})")
     if problems:
-        raise RuntimeError(f"day87: refusing to load a library that someone else could have written: "
-                           f"{'; '.join(problems)}. Fix: set TORCH_EXTENSIONS_DIR to a folder of your "
-                           "own (the default, ~/.cache/torch_extensions, is one), or delete that folder.")
+        raise RuntimeError(f"day87: refusing to load a library others could have written: "
+                           f"{'; '.join(problems)}. Fix: TORCH_EXTENSIONS_DIR of your own.")
 
 
-def load_extension(module_file, check_more=None, **extension):
-    """Load an extension, built first where needed, once per process; return its plan. `module_file`
-    registers its fake and backward; check_more(plan) refuses more before a build; `extension`: build_plan's."""
-    plan = build_plan(**extension)
-    namespace, library = plan["namespace"], plan["library"]
-    loaded = [path for path in torch.ops.loaded_libraries
-              if os.path.basename(path) == os.path.basename(library)]
-    # One library per namespace in a process: a second registering it would abort the interpreter, and a
-    # second fake or backward is refused. served_by is register_once's: the file imported, not the builder.
-    served_by, differs = getattr(getattr(torch.ops, namespace), "registered_by", None), None
-    if loaded and loaded[0] != library:
-        differs = f"its sources differ from those of the loaded library {loaded[0]}: it needs {library}"
-    elif served_by not in (None, module_file) and not filecmp.cmp(served_by, module_file, shallow=False):
-        differs = f"its {os.path.basename(module_file)} differs, and with it the fake and the backward"
-    if differs:
-        raise RuntimeError(
-            f"day87: torch.ops.{namespace} is already served in this process by "
-            f"{served_by or 'a module imported earlier'}. The module being imported, {module_file}, is not the "
-            f"same ({differs}), and a process holds one {namespace} namespace. Fix: restart the Python process "
-            "(the notebook kernel) and import one of them; to compare two lessons in one process, give the "
-            "next one's namespace a name of its own.")
-    if loaded:
-        return plan  # a reload, or a copy of identical sources: the same library
-    if torch.version.cuda and not plan["with_cuda"]:
-        chosen = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-        where = (f"CUDA_HOME={chosen} holds no bin/nvcc and include/cuda_runtime.h" if chosen else
-                 "no CUDA_HOME, no cuda-toolkit wheels, no nvcc on PATH, no /usr/local/cuda")
-        _say(f"no CUDA toolkit found ({where}): only the CPU implementation is built, and calls on "
-             f"CUDA tensors will fail. Fix: {TOOLKIT_FIX}")
-    if not os.path.exists(plan["done_marker"]):
-        _build(plan, check_more)
-    _refuse_unless_private(plan["directory"], library, plan["done_marker"])
-    try:
-        torch.ops.load_library(library)
-    except OSError as error:
-        raise RuntimeError(f"day87: cannot load {library} ({error}). The build there is damaged; "
-                           f"delete {plan['directory']} and import again to rebuild it.") from None
-    return plan
+# A namespace takes one library, fake and backward (a second TORCH_LIBRARY aborts Python):
+# a copy with other sources (before it builds) or op.py is refused; an identical one shares.
+def refuse_another_copy(namespace, module_file, library=None):
+    served_by = getattr(getattr(torch.ops, namespace), "served_by", module_file)
+    loaded = [path for path in torch.ops.loaded_libraries if path.endswith(f"/{namespace}_ext.so")]
+    if library and loaded and loaded[0] != os.path.realpath(library):
+        differs = f"its sources differ from {loaded[0]}'s"
+    elif not library and not filecmp.cmp(served_by, module_file, shallow=False):
+        differs = "a fake and backward of its own"
+    else:
+        return
+    raise RuntimeError(f"day87: torch.ops.{namespace} is served by {served_by}, not {module_file}"
+                       f" ({differs}). Fix: restart the Python process (the notebook kernel), or "
+                       "give each lesson its own namespace.")
+
+
+def load_library(library):  # once a process (load() loads as it builds); only a private one
+    if os.path.realpath(library) not in torch.ops.loaded_libraries:
+        refuse_unless_private(os.path.dirname(library), library)
+        try:
+            torch.ops.load_library(library)
+        except OSError as error:
+            raise RuntimeError(f"day87: cannot load {library} ({error}). Fix: delete "
+                               f"{os.path.dirname(library)} and import again.") from None
 
 
 def register_once(namespace, module_file, register, previous):
-    """register()'s Library where module_file is the first in this process to serve namespace, else None
-    (an identical copy did). `previous`: this module's Library from before a reload, dropped first."""
-    if isinstance(previous, torch.library.Library):
+    # register() where module_file serves `namespace` first; `previous`: ours before a reload
+    if previous is not None:
         previous._destroy()
+    refuse_another_copy(namespace, module_file)
     operators = getattr(torch.ops, namespace)
-    if getattr(operators, "registered_by", module_file) != module_file:
-        return None
-    library = register()
-    operators.registered_by = module_file  # for the process: which file serves the namespace
-    return library
+    if getattr(operators, "served_by", module_file) == module_file:
+        operators.served_by = module_file  # for refuse_another_copy
+        return register()
 
 
-BUILD = load_extension(__file__)
-_registrations = register_once(NAMESPACE, __file__, _register, globals().get("_registrations"))
+BUILD = build_and_load()
+_registrations = register_once("day87", __file__, _register, globals().get("_registrations"))

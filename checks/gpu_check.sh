@@ -14,7 +14,8 @@
 #   bash checks/gpu_check.sh builds OUT      # compute-sanitizer on the gate and through
 #                                            # torch; the compute_75 PTX path (the T4's
 #                                            # code, JIT-compiled): gate and harness; pip's
-#                                            # CUDA toolkit alone; the build checks
+#                                            # CUDA toolkit alone; the build checks; an
+#                                            # AOTInductor package of the op
 #
 # For pip's toolkit the part expects the cuda-toolkit[nvcc,cccl] wheels, at torch's
 # CUDA version, installed with `pip install --target "$PIP_TOOLKIT_SITE"`; it skips
@@ -157,7 +158,8 @@ print("driver: forward and backward done")'
         echo "=== harness-pip-toolkit: skipped, no wheels in PIP_TOOLKIT_SITE" | tee -a "$log"
     fi
     step build-checks python3 -m pytest -q -p no:cacheprovider checks/test_build.py \
-        -k "keyed or concurrent or reload or two_copies"
+        -k "keyed or concurrent or reload or two_copies or torch_check or statically"
+    step aoti python3 -m pytest -q -p no:cacheprovider checks/test_aoti.py
     rm -rf "$out"/cache75 "$out"/cache-pip
 fi
 

@@ -2,7 +2,7 @@
 
     python checks/torch_check_probe.py OUT_DIR      # OUT_DIR/probe.log, OUT_DIR/*.txt
 
-Builds test_build.py's five-line extension (TORCH_CHECK_REPRO) with load_inline, calls
+Builds a five-line extension (TORCH_CHECK_REPRO) with load_inline, calls
 it in child processes, and gathers in one run what could explain a crash:
   - the versions: torch's compiler and ABI flag beside the g++ and libstdc++ used here;
   - which library each of the extension's libstdc++ symbols binds to (LD_DEBUG=bindings);
@@ -27,7 +27,13 @@ import textwrap
 import torch
 from torch.utils import cpp_extension
 
-from test_build import TORCH_CHECK_REPRO
+# The idiom every extension uses: integers and sizes streamed into TORCH_CHECK's message.
+TORCH_CHECK_REPRO = """
+#include <torch/extension.h>
+void check_int(int64_t n) { TORCH_CHECK(n < 0, "n must be negative; got ", n); }
+void check_size(at::Tensor t) { TORCH_CHECK(t.dim() == 3, "want 3-D; got ", t.sizes()); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("check_int", &check_int); m.def("check_size", &check_size); }
+"""
 
 INSERT_LONG = "_ZNSo9_M_insertIlEERSoT_"  # std::ostream::_M_insert<long>, where the crash was seen
 # What a streamed integer runs through: the string stream's constructor and destructor,

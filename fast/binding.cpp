@@ -53,18 +53,16 @@ namespace {
 void checkContractWithBias(const std::string& op, const at::Tensor& a, const at::Tensor& b,
                            const at::Tensor& bias, at::ScalarType input_dtype,
                            at::ScalarType bias_dtype, bool tile_rules) {
-    TORCH_CHECK(bias.device() == a.device(),
-                op + ": rule 'one device': bias must be on a's device; got a: " + text(a) +
-                    ", bias: " + text(bias));
+    TORCH_CHECK(bias.device() == a.device(), op, ": rule 'one device': bias must be on a's ",
+                "device; got a: ", described(a), ", bias: ", described(bias));
     checkContract(op, a, b, input_dtype, tile_rules);
-    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1),
-                op + ": rule 'bias': bias must be 1-D with one value per column of b; got bias: " +
-                    text(bias) + ", b: " + text(b));
-    TORCH_CHECK(bias.scalar_type() == bias_dtype,
-                op + ": rule 'dtype': on " + bias.device().str() + " bias must be " +
-                    text(bias_dtype) + "; got bias: " + text(bias));
-    TORCH_CHECK(bias.is_contiguous(), op + ": rule 'contiguous': bias must be contiguous; got bias: " +
-                                          text(bias) + " with strides " + text(bias.strides()));
+    TORCH_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1), op, ": rule 'bias': bias must be ",
+                "1-D with one value per column of b; got bias: ", described(bias), ", b: ",
+                described(b));
+    TORCH_CHECK(bias.scalar_type() == bias_dtype, op, ": rule 'dtype': on ", bias.device(),
+                " bias must be ", bias_dtype, "; got bias: ", described(bias));
+    TORCH_CHECK(bias.is_contiguous(), op, ": rule 'contiguous': bias must be contiguous; got ",
+                "bias: ", described(bias), " with strides ", bias.strides());
 }
 
 #ifdef DAY87_WITH_CUDA
@@ -126,9 +124,8 @@ void halfProduct(const std::string& op, const __half* left, bool transpose_left,
                  bool transpose_right, __half* out, int64_t rows, int64_t cols, int64_t depth,
                  const float* alpha_and_beta) {
     if (rows == 0 || cols == 0) return;  // an empty product: cuBLAS would refuse its leading dimension
-    TORCH_CHECK(rows <= INT_MAX && cols <= INT_MAX && depth <= INT_MAX,
-                op + ": each size must fit cuBLAS's int; got " + text(rows) + ", " + text(cols) +
-                    " and " + text(depth));
+    TORCH_CHECK(rows <= INT_MAX && cols <= INT_MAX && depth <= INT_MAX, op,
+                ": each size must fit cuBLAS's int; got ", rows, ", ", cols, " and ", depth);
     // PyTorch's handle for this device and thread, already bound to the current
     // stream and to a workspace from its caching allocator (so a CUDA graph can
     // capture the call). It is shared: each mode changed here is put back.
@@ -165,13 +162,13 @@ std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
                                                       const std::optional<at::Tensor>& b) {
     const std::string op = "day87_fast::wmma_mm_backward";
     TORCH_CHECK(grad.dim() == 2 && grad.scalar_type() == at::kFloat,
-                op + ": grad must be a 2-D torch.float32 tensor; got " + text(grad));
+                op, ": grad must be a 2-D Float tensor; got ", described(grad));
     for (const auto* input : {&a, &b})
         TORCH_CHECK(!input->has_value() || ((*input)->scalar_type() == at::kHalf &&
                                             (*input)->device() == grad.device() &&
                                             (*input)->is_contiguous()),
-                    op + ": a and b must be contiguous torch.float16 on grad's device; got " +
-                        text(**input) + " and grad " + text(grad));
+                    op, ": a and b must be contiguous Half on grad's device; got ",
+                    described(**input), " and grad ", described(grad));
     TORCH_CHECK(!b.has_value() || (b->dim() == 2 && b->size(1) == grad.size(1)),
                 op + ": b must be K x N for an M x N grad");
     TORCH_CHECK(!a.has_value() || (a->dim() == 2 && a->size(0) == grad.size(0)),

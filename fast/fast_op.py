@@ -8,9 +8,10 @@
 The lesson (op.py, one folder up) is imported first and supplies what both
 operators share, written once: the contract's rules and messages for a and b
 (binding.cpp, through fast/binding.cpp, and op.check_matrices for the fake), the
-tile, setup_context, the float64 and double-backward formula, and the build. What
-this file adds: the fake and backward of wmma_mm_bias, the tensor-core backward
-on CUDA, and the cuBLAS headers that fast/binding.cpp's backward needs.
+tile, setup_context, the float64 and double-backward formula, and the build's
+helpers. What this file adds: the fake and backward of wmma_mm_bias, the tensor-core
+backward on CUDA, and its own build: this folder's sources, the cuBLAS headers that
+fast/binding.cpp's backward needs, and sm_90a.
 """
 
 import os
@@ -59,7 +60,8 @@ def _fake_bias(a, b, bias):
         f"{op_name}: rule 'bias': bias must be 1-D with one value per column of b; "
         f"got bias: {op.described(bias)}, b: {op.described(b)}"))
     torch._check(bias.dtype == op.accumulate_dtype(a.dtype), lambda: (
-        f"{op_name}: rule 'dtype': on {bias.device} bias must be {op.accumulate_dtype(a.dtype)}; "
+        f"{op_name}: rule 'dtype': on {bias.device} bias must be "
+        f"{op.scalar_type(op.accumulate_dtype(a.dtype))}; "
         f"got bias: {op.described(bias)}"))
     return a.new_empty((a.shape[0], b.shape[1]), dtype=op.accumulate_dtype(a.dtype))
 
@@ -142,13 +144,13 @@ def library_header_folders(toolkit):
     return folders if found else None
 
 
-def _refuse_without_library_headers(plan):
-    """After the lesson's toolchain checks, before compiling: refuse a toolkit
-    where cuBLAS's headers are nowhere, naming what to install."""
-    if plan["with_cuda"] and library_header_folders(plan["toolkit"]) is None:
+def _refuse_without_library_headers(toolkit):
+    """Before compiling: refuse a toolkit where cuBLAS's headers are nowhere, naming what
+    to install."""
+    if toolkit and library_header_folders(toolkit) is None:
         raise RuntimeError(
             f"day87: fast/binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
-            f"ATen/cuda/CUDAContext.h), and neither {plan['cuda_home']}/include nor torch's "
+            f"ATen/cuda/CUDAContext.h), and neither {toolkit['home']}/include nor torch's "
             "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
             f"CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it"
             + (f', or pip install "cuda-toolkit[cublas,cusolver,cusparse]=={torch.version.cuda}.*" '
@@ -156,12 +158,11 @@ def _refuse_without_library_headers(plan):
                if int(torch.version.cuda.split(".")[0]) >= 13 else "") + ".")
 
 
-def _header_flags():
-    toolkit = op.find_toolkit() if torch.version.cuda else None
+def _header_flags(toolkit):
     folders = library_header_folders(toolkit) if toolkit else []
     # No -lcublas: the library links libtorch_cuda, which links the cuBLAS that torch
     # loaded, and fast/binding.cpp's cuBLAS calls resolve to that one.
-    return tuple(f"-idirafter{folder}" for folder in folders or [])
+    return [f"-idirafter{folder}" for folder in folders or []]
 
 
 # fast/kernel.cu's Hopper kernel uses wgmma, which nvcc accepts only for the sm_90a
@@ -185,10 +186,32 @@ def hopper_architectures(archs):
     return (HOPPER_ARCHITECTURE,)
 
 
-BUILD = op.load_extension(
-    __file__, check_more=_refuse_without_library_headers, namespace=NAMESPACE, folder=HERE,
-    sources=("kernel.cu", "binding.cpp"), cflags=_header_flags(),
-    more_archs=hopper_architectures(op.architecture_list() if torch.version.cuda else None),
-    # The lesson's files that this folder's include: an edit there rebuilds this too.
-    depends=tuple(os.path.join(LESSON, name) for name in op.SOURCES))
+def build_and_load():
+    """The lesson's build (op.py) with this folder's sources, cuBLAS's headers and sm_90a:
+    the toolkit, the key, one cpp_extension.load on a cold cache, the library loaded."""
+    toolkit = op.find_toolkit()
+    sources = [os.path.join(HERE, name) for name in ["kernel.cu"] * bool(toolkit) + ["binding.cpp"]]
+    archs = op.architectures() if toolkit else None
+    archs = ";".join([archs, *hopper_architectures(archs)]) if toolkit else None
+    # The lesson's files that this folder's include are in the key: an edit there rebuilds this.
+    lesson = [os.path.join(LESSON, name) for name in ("kernel.cu", "binding.cpp")]
+    directory = op.keyed_directory(NAMESPACE, sources + lesson, archs)
+    library = os.path.join(directory, f"{NAMESPACE}_ext.so")
+    op.refuse_another_copy(NAMESPACE, __file__, library)
+    if not op.built(library):
+        _refuse_without_library_headers(toolkit)
+        with op.preparing_build(library, sources, toolkit, archs) as (cpp_extension, flags):
+            cpp_extension.load(
+                name=f"{NAMESPACE}_ext", sources=sources, build_directory=directory,
+                extra_cflags=["-O2", *_header_flags(toolkit)] + ["-DDAY87_WITH_CUDA"] * bool(toolkit),
+                # -lineinfo lets compute-sanitizer name fast/kernel.cu's lines.
+                extra_cuda_cflags=["-O3", "-lineinfo"],
+                extra_include_paths=flags["include"], extra_ldflags=flags["link"],
+                is_python_module=False)  # binding.cpp's TORCH_LIBRARY blocks register at load
+    op.load_library(library)
+    return {"directory": directory, "library": library, "archs": archs, "toolkit": toolkit,
+            "with_cuda": toolkit is not None, "cuda_home": toolkit and toolkit["home"]}
+
+
+BUILD = build_and_load()
 _registrations = op.register_once(NAMESPACE, __file__, _register, globals().get("_registrations"))
