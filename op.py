@@ -108,7 +108,8 @@ def _register():
 
 
 # ==== The build: kernel.cu and binding.cpp, one library, at first import ====
-import contextlib, filecmp, hashlib, os, pathlib, re, shutil, stat, struct, subprocess, sys  # noqa
+import contextlib, filecmp, hashlib, os, pathlib, re, shlex, shutil, stat  # noqa: E401, E402
+import struct, subprocess, sys  # noqa: E401, E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -137,7 +138,7 @@ def build_and_load():
                 # No Python module: binding.cpp's TORCH_LIBRARY blocks register the operators
                 # as the library loads
                 is_python_module=False)
-    load_library(library)
+    load_library(library, sources)
     return {"directory": directory, "library": library, "archs": archs, "toolkit": toolkit,
             "with_cuda": toolkit is not None, "cuda_home": toolkit and toolkit["home"]}
 
@@ -193,7 +194,7 @@ def keyed_directory(namespace, sources, archs):
 def built(library):  # a warm import needs no ninja, unlike load(). ninja logs a command once
     # done: a library not in its log is a link still running, or a killed one.
     log = pathlib.Path(os.path.dirname(library), ".ninja_log")
-    return os.path.exists(library) and os.path.basename(library) in log.read_text()
+    return os.path.exists(library) and log.exists() and os.path.basename(library) in log.read_text()
 
 
 @contextlib.contextmanager
@@ -221,7 +222,6 @@ def preparing_build(library, sources, toolkit, archs):  # around the load() that
         flags = {"include": toolkit["include"] if toolkit else [], "link": []}
         if toolkit:
             check_nvcc_major(toolkit["home"])
-            cpp_extension.CUDA_HOME = toolkit["home"]  # the toolkit found, not load()'s guess
             if toolkit["cudart"]:  # pip's: -lcudart needs a libcudart.so
                 os.makedirs(cudart := os.path.join(directory, "cudart"), exist_ok=True)
                 with contextlib.suppress(FileExistsError):
@@ -232,12 +232,20 @@ def preparing_build(library, sources, toolkit, archs):  # around the load() that
         what = f"for sm {archs} with the toolkit in {toolkit['home']}" if toolkit else "CPU part"
         if not built(library):  # else built while we waited
             _say(f"building {what} in {directory}; a first build takes tens of seconds")
-        import unittest.mock
-        with unittest.mock.patch.dict(os.environ, variables):
+        import unittest.mock  # for load() alone: the toolkit found (not its guess), `variables`
+        home = toolkit["home"] if toolkit else cpp_extension.CUDA_HOME
+        with (unittest.mock.patch.dict(os.environ, variables),
+              unittest.mock.patch.object(cpp_extension, "CUDA_HOME", home)):
+            # load() names a second build of one name in a process "_v1": a build retried after
+            # a failure would write another library than ours.
+            cpp_extension.JIT_EXTENSION_VERSIONER.entries.pop(os.path.basename(library)[:-3], 0)
             try:
                 yield cpp_extension, flags
-            except (RuntimeError, OSError) as error:
+            except (RuntimeError, OSError, ValueError) as error:  # ValueError: an unknown arch
                 raise RuntimeError(explain_build_failure(error, sources)) from None
+        if "libstdc++.so.6" not in needed_libraries(library):  # as the probe promised
+            raise RuntimeError(f"day87: {library} holds its own libstdc++: a TORCH_CHECK would "
+                               "crash Python. Fix: CXX=/usr/bin/g++, in a new Python process")
 
 
 def check_nvcc_major(cuda_home):  # load() does not compare it with torch's
@@ -257,8 +265,9 @@ def compiler_for():  # CXX (else c++) if its probe needs libstdc++.so.6, else g+
     if needs_libstdcxx(compiler) is not False:  # None: no probe; the build will say why
         return {}
     if not needs_libstdcxx("/usr/bin/g++"):
-        raise RuntimeError(f"day87: {compiler} links libstdc++ statically: a TORCH_CHECK would "
-                           "crash Python. Fix: CXX=/usr/bin/g++ (one that links libstdc++.so.6)")
+        raise RuntimeError(f"day87: {compiler} links libstdc++ statically, and so does (or is "
+                           "missing) /usr/bin/g++: a TORCH_CHECK would crash Python. Fix: CXX=(a "
+                           "compiler that links libstdc++.so.6)")
     _say(f"{compiler} links libstdc++ statically (TORCH_CHECK would crash): using /usr/bin/g++")
     return {"CXX": "/usr/bin/g++", "CC": "/usr/bin/g++"}
 
@@ -270,8 +279,8 @@ def needs_libstdcxx(compiler):  # None: the compiler links no probe
         source.write_text("#include <sstream>\n"
                           "std::string f(long n) { std::ostringstream s; s << n; return s.str(); }")
         with contextlib.suppress(OSError):  # no such compiler
-            if subprocess.run([compiler, "-shared", "-fPIC", source, "-o", f"{folder}/probe.so"],
-                              capture_output=True).returncode == 0:
+            if subprocess.run([*shlex.split(compiler), "-shared", "-fPIC", source, "-o",
+                               f"{folder}/probe.so"], capture_output=True).returncode == 0:
                 return "libstdc++.so.6" in needed_libraries(f"{folder}/probe.so")
 
 
@@ -290,23 +299,26 @@ def needed_libraries(path):  # an ELF64 library's DT_NEEDED list
     return []
 
 
-def explain_build_failure(error, sources):  # a compile error's first line before the log
+def explain_build_failure(error, sources, library=None):  # `library`: built, not loading
     text, cause = str(error), error.__cause__ or error.__context__
-    while cause is not None:  # torch 2.14 wraps the loader's OSError in a RuntimeError
+    while cause is not None:  # torch 2.14 wraps the loader's OSError in another exception
         text, cause = f"{text}\n{cause}", cause.__cause__ or cause.__context__
-    if not (missing := re.search(r"undefined symbol: (\S+)", text)):
-        first = first_compiler_error(text) or "see the log below"
-        return f"day87: the build failed. Its first error:\n    {first}\nThe log:\n{text}"
-    symbol = missing[1]  # c++filt (binutils) demangles it
-    symbol = shutil.which("c++filt") and subprocess.run(
-        ["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
-    function = re.match(r"[\w:]*", symbol)[0].split("::")[-1]
-    if all(function in pathlib.Path(path).read_text() for path in sources[-2:]):
+    if missing := re.search(r"undefined symbol: (\S+)", text):
+        symbol = missing[1]  # c++filt (binutils) demangles it
+        symbol = shutil.which("c++filt") and subprocess.run(
+            ["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
+        if re.match(r"(c10|at|torch|caffe2)::", symbol):  # libtorch's own
+            return (f"day87: undefined symbol {symbol}: built for another libtorch. Fix: build "
+                    "and import in one environment.")
+        function = re.match(r"[\w:]*", symbol)[0].split("::")[-1]
         return (f"day87: the library does not load: nothing defines {symbol}. Fix: make "
                 f"binding.cpp's declaration of {function} match its definition in kernel.cu "
                 f"({sources[0]}).")
-    return (f"day87: undefined symbol {symbol}: built for another libtorch. Fix: build and "
-            "import in one environment.")
+    if library:
+        return (f"day87: cannot load {library} ({text}). Fix: delete "
+                f"{os.path.dirname(library)} and import again.")
+    first = first_compiler_error(text) or "see the log below"
+    return f"day87: the build failed. Its first error:\n    {first}\nThe log:\n{text}"
 
 
 def first_compiler_error(log):  # "kernel.cu:12: message": gcc's file:line:col:, nvcc's file(line):
@@ -346,14 +358,13 @@ def refuse_another_copy(namespace, module_file, library=None):
                        "give each lesson its own namespace.")
 
 
-def load_library(library):  # once a process (load() loads as it builds); only a private one
+def load_library(library, sources):  # once a process (load() loads as it builds); a private one
     if os.path.realpath(library) not in torch.ops.loaded_libraries:
         refuse_unless_private(os.path.dirname(library), library)
         try:
             torch.ops.load_library(library)
         except OSError as error:
-            raise RuntimeError(f"day87: cannot load {library} ({error}). Fix: delete "
-                               f"{os.path.dirname(library)} and import again.") from None
+            raise RuntimeError(explain_build_failure(error, sources, library)) from None
 
 
 def register_once(namespace, module_file, register, previous):

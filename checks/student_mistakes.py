@@ -9,7 +9,7 @@ Each mistake is one text edit (or a few) of a file of the solved lesson (checks/
 --key: the answer key on a copy). On that copy `python test_op.py` runs as a student
 runs it, and the mistake is named when the row it belongs to FAILs with words that
 give its cause and where the fix goes (or, for a build that fails, when the import's
-error does, its first lines naming the cause). The grader must
+error does, its first lines naming the cause, and the next import's again). The grader must
 never give the exercise's answer away: a run whose output holds any of ANSWER_WORDS
 does not name its mistake, whatever its row says. The copies share one build cache:
 a mistake in op.py alone reuses the key's build. Every machine here needs nvcc (CI has
@@ -49,9 +49,9 @@ MISTAKES = [
 ''', "", "6 exercise: fake", ["no fake implementation is registered", "register_fake"], "cpu"),
     # The anchor is the fake's last check: wmma_mm's fake ends with the same return.
     ("the fake returns the input's dtype", "op.py",
-     '''bias must be {accumulate_dtype(a.dtype)}; {seen()}")
+     '''bias must be {scalar_type(accumulate_dtype(a.dtype))}; {seen()}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))''',
-     '''bias must be {accumulate_dtype(a.dtype)}; {seen()}")
+     '''bias must be {scalar_type(accumulate_dtype(a.dtype))}; {seen()}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype)''',
      "6 exercise: fake", ["the fake gives 256x384 torch.float16", "torch.float32 (accumulate_dtype)"], "both"),
     ("setup_context saves the bias instead of a and b", "op.py",
@@ -85,7 +85,7 @@ MISTAKES = [
 ''', '''    torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1],
                  lambda: f"day87::wmma_mm_bias: bias must be 1-D, one value per column of b; {seen()}")
     torch._check(bias.dtype == accumulate_dtype(a.dtype),
-                 lambda: f"day87::wmma_mm_bias: bias must be {accumulate_dtype(a.dtype)}; {seen()}")
+                 lambda: f"day87::wmma_mm_bias: bias must be {scalar_type(accumulate_dtype(a.dtype))}; {seen()}")
 '''], ["", ""], "6 exercise: contract",
      ["a CPU bias (fake cuda): the call returned instead of raising", "torch._check in the fake"], "cpu"),
     # binding.cpp: the contract, the schema, the registrations, the launcher's declaration.
@@ -226,9 +226,14 @@ def try_mistake(copy, cache, mistake):
                              text=True, timeout=1200)
         if where == "import":
             # The import's error, from its first line: the cause comes first, then the build's log.
-            told = run.stderr.strip()
-            told = told[told.rfind("Error: day87:") + len("Error: "):][:1500] if "Error: day87:" in told else told[-1500:]
-            named = run.returncode != 0 and all(says(told, word) for word in words)
+            # The next import, from a warm cache where the library built, must say it again.
+            again = subprocess.run([sys.executable, "-c", "import op"], cwd=copy, env=env, capture_output=True,
+                                   text=True, timeout=1200)
+            told, again = (text[text.rfind("Error: day87:") + len("Error: "):][:1500] if "Error: day87:" in text
+                           else text[-1500:] for text in (run.stderr.strip(), again.stderr.strip()))
+            named = run.returncode != 0 and all(says(told, word) and says(again, word) for word in words)
+            if not all(says(again, word) for word in words):
+                told += f"\n(the next import said: {again[:300]})"
         else:
             told = row_text(run.stdout, where)
             named = told is not None and all(says(told, word) for word in words)

@@ -2,7 +2,7 @@
 
     python -m pytest checks/test_aoti.py          # skips without a GPU
 
-AOTInductor compiles the package's C++ with the compiler that CXX names (else c++). One that
+AOTInductor compiles the package's C++ with the compiler that CXX names (else g++). One that
 links its own libstdc++ into what it builds (the H200 image's CXX does) makes the package
 segfault as it loads; README's pitfall row gives the fix, which the test applies where op.py's
 probe finds such a compiler: CXX=/usr/bin/g++ for the process that compiles the package.
@@ -43,7 +43,7 @@ print("equal to eager:", torch.equal(package(a, b), Layer()(a, b)))
 @pytest.mark.skipif(not (torch.cuda.is_available() and op.BUILD["with_cuda"]),
                     reason="needs a GPU and the extension's CUDA part")
 def test_aoti_package_of_the_op(tmp_path):
-    compiler = os.environ.get("CXX", "c++")
+    compiler = os.environ.get("CXX", "g++")  # inductor's choice
     fix = {"CXX": "/usr/bin/g++"} if op.needs_libstdcxx(compiler) is False else {}
     result = subprocess.run([sys.executable, "-c", PACKAGE, str(tmp_path / "wmma_mm.pt2")],
                             cwd=LESSON, env=environment(os.environ.get("TORCH_EXTENSIONS_DIR",

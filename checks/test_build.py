@@ -70,26 +70,30 @@ def test_keyed_builds(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     import op  # builds once, into this test's own cache (conftest.py puts the lesson on sys.path)
 
-    def directory():  # the folder that op.py's build_and_load keys
+    def keyed():  # the folder that op.py's build_and_load keys
         sources = [os.path.join(LESSON, name) for name in ("kernel.cu", "binding.cpp")]
         sources = sources if op.BUILD["with_cuda"] else sources[1:]
         return op.keyed_directory("day87", sources, op.architectures() if op.BUILD["with_cuda"] else None)
 
-    base = directory()
+    base = keyed()
     with monkeypatch.context() as patch:
         patch.setattr(torch, "__version__", "0.0.1")
-        assert directory() != base, "another torch version, same directory"
+        assert keyed() != base, "another torch version, same directory"
     if torch.version.cuda:
         with monkeypatch.context() as patch:
             patch.setattr(torch.version, "cuda", "99.0")
-            assert directory() != base, "another CUDA build, same directory"
+            assert keyed() != base, "another CUDA build, same directory"
         monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-        assert directory() != base, "another architecture list, same directory"
+        assert keyed() != base, "another architecture list, same directory"
 
     folder, cache = copy_lesson(tmp_path / "keyed"), tmp_path / "keyed-cache"
     first = import_op(folder, cache)
     directory = succeeded(first, "cold import")
     assert built(first), "the cold import did not announce a build"
+    for name in ("TORCH_EXTENSIONS_DIR", "TORCH_CUDA_ARCH_LIST"):  # as the import had them
+        value = environment(cache).get(name)
+        monkeypatch.setenv(name, value) if value else monkeypatch.delenv(name, raising=False)
+    assert keyed() == directory, f"op.py built in {directory}, its key names {keyed()}"
     before = library_state(directory)
     second = import_op(folder, cache)
     assert succeeded(second, "warm import") == directory, "the warm import chose another directory"
@@ -166,8 +170,35 @@ def test_killed_build(tmp_path):
         waiting = subprocess.Popen([sys.executable, "-c", "import op"], cwd=folder, env=environment(cache),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(10)  # far longer than an import that does not wait
-        assert waiting.poll() is None, f"a held lock was not waited for: {waiting.communicate()[1][-300:]}"
+        assert waiting.poll() is None and not os.path.exists(os.path.join(directory, "day87_ext.so")), \
+            f"a held lock was not waited for: {waiting.communicate()[1][-300:] if waiting.poll() else 'built'}"
     assert waiting.wait(timeout=600) == 0, f"the import after the lock was freed: {waiting.communicate()[1][-600:]}"
+
+
+RETRY = """
+import pathlib, torch
+binding = pathlib.Path("binding.cpp")
+fixed = binding.read_text()
+binding.write_text(fixed + "\\n#error a mistake, then its fix\\n")
+try:
+    import op
+except RuntimeError as error:
+    print("the first import refused:", "Its first error" in str(error))
+binding.write_text(fixed)
+import op
+a, b = torch.randn(3, 4, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+print("the second import:", torch.allclose(op.wmma_mm(a, b), a @ b))
+"""
+
+
+def test_a_build_fixed_in_the_same_process(tmp_path):
+    """A notebook: an import whose build fails, the source fixed, the import again in the same
+    process, which builds and loads the fixed library (load() names a second build of one
+    name in a process "_v1", which is not the file the import loads)."""
+    result = import_op(copy_lesson(tmp_path / "retry"), tmp_path / "cache", RETRY)
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr.strip()[-600:]}"
+    assert result.stdout.splitlines() == ["the first import refused: True", "the second import: True"], \
+        result.stdout + result.stderr[-600:]
 
 
 RELOAD = """

@@ -203,12 +203,13 @@ def build_and_load():
         with op.preparing_build(library, sources, toolkit, archs) as (cpp_extension, flags):
             cpp_extension.load(
                 name=f"{NAMESPACE}_ext", sources=sources, build_directory=directory,
-                extra_cflags=["-O2", *_header_flags(toolkit)] + ["-DDAY87_WITH_CUDA"] * bool(toolkit),
+                extra_cflags=["-O2", *_header_flags(toolkit)]
+                + ["-DDAY87_WITH_CUDA"] * bool(toolkit),
                 # -lineinfo lets compute-sanitizer name fast/kernel.cu's lines.
                 extra_cuda_cflags=["-O3", "-lineinfo"],
                 extra_include_paths=flags["include"], extra_ldflags=flags["link"],
                 is_python_module=False)  # binding.cpp's TORCH_LIBRARY blocks register at load
-    op.load_library(library)
+    op.load_library(library, sources)
     return {"directory": directory, "library": library, "archs": archs, "toolkit": toolkit,
             "with_cuda": toolkit is not None, "cuda_home": toolkit and toolkit["home"]}
 
