@@ -955,8 +955,10 @@ def lesson_rows(operator=LESSON):
 
 def print_provenance(operator=LESSON):
     built, cuda_home = operator.build, operator.build["cuda_home"]
-    nvcc = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"], capture_output=True,
-                          text=True).stdout.strip().replace("\n", "\n    ") if cuda_home else "not found"
+    nvcc = "not found"
+    if cuda_home:
+        nvcc = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"],
+                              capture_output=True, text=True).stdout.strip().replace("\n", "\n    ")
     devices = [f"device {i}: {torch.cuda.get_device_name(i)}, capability {torch.cuda.get_device_capability(i)}"
                for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else ["device: no GPU visible"]
     print(f"date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
