@@ -40,7 +40,7 @@ std::string described(const at::Tensor& t) {
 
 // The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
 // names the rule and the values it saw, never a crash and never a silent copy.
-// `op` names the operator in every message (another operator passes its own name);
+// `op` names the operator in every message (the exercise's passes its own name);
 // `input_dtype` is what the device's implementation computes in; `tile_rules` adds
 // what the CUDA kernel needs and the CPU reference does not.
 void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor& b,
@@ -80,12 +80,6 @@ void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor&
 }
 
 }  // namespace
-
-// Everything below is the operator itself. A second operator that keeps this
-// contract (another folder's faster kernel) includes this file with
-// DAY87_CONTRACT_ONLY defined: it gets the rules and their messages above, written
-// once, and registers its own schema under its own namespace.
-#ifndef DAY87_CONTRACT_ONLY
 
 // The schema is the operator's public type: the dispatcher, autograd and the
 // compiler read it. No `!` annotations: the op neither mutates nor aliases an input.
@@ -139,5 +133,3 @@ TORCH_LIBRARY_IMPL(day87, CUDA, m) {
 TORCH_LIBRARY_IMPL(day87, CPU, m) {
     m.impl("wmma_mm", &wmmaMmCpu);
 }
-
-#endif  // DAY87_CONTRACT_ONLY

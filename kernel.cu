@@ -11,7 +11,7 @@
 //       nvcc -O3 -arch=sm_75 -o gate gate.cu && ./gate      (name your card)
 //
 // This file never exits and never synchronizes: the launcher returns the launch
-// status, and the caller (an operator that raises, or gate.cu's CUDA_CHECK) decides
+// status, and the caller (binding.cpp, which raises, or gate.cu, which exits) decides
 // what an error means. A device-wide synchronize here would make every call a barrier.
 
 #include <cuda_fp16.h>
@@ -20,23 +20,8 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 
 namespace wmma = nvcuda::wmma;
-
-// Day 5's CUDA_CHECK, byte for byte. gate.cu, a program of its own, uses it; the
-// extension never does: std::exit would stop the Python interpreter without a
-// traceback, so the launcher returns cudaGetLastError() and binding.cpp raises.
-#define CUDA_CHECK(call)                                                                 \
-    do {                                                                                 \
-        cudaError_t err = (call);                                                        \
-        if (err != cudaSuccess) {                                                        \
-            fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(err), __FILE__, \
-                    __LINE__);                                                           \
-            exit(EXIT_FAILURE);                                                          \
-        }                                                                                \
-    } while (0)
 
 // ---- The shape contract ---------------------------------------------------
 // M and N must be multiples of the 128 x 128 block tile and K of the 16-deep WMMA
@@ -59,7 +44,8 @@ constexpr int kWarpM = 64, kWarpN = 64;
 constexpr int kWarpsM = kBlockM / kWarpM, kWarpsN = kBlockN / kWarpN;
 constexpr int kThreads = 32 * kWarpsM * kWarpsN;  // 128
 constexpr int kFragmentsM = kWarpM / kWmmaSize, kFragmentsN = kWarpN / kWmmaSize;  // 4 x 4
-static_assert(kTileM % kBlockM == 0 && kTileN % kBlockN == 0, "the contract's shapes are whole tiles");
+static_assert(kTileM % kBlockM == 0 && kTileN % kBlockN == 0,
+              "the contract's shapes are whole tiles");
 
 // Three stages: while the warps multiply stage s, the copies for s+1 and s+2 are
 // in flight. Three stages of 18.5 KB fit the 64 KB a T4 block may opt in to.
@@ -95,7 +81,8 @@ constexpr int kGroupRows = 8;
 __device__ __forceinline__ void copy16Async(half* shared_destination, const half* global_source,
                                             bool in_bounds) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    const unsigned destination = static_cast<unsigned>(__cvta_generic_to_shared(shared_destination));
+    const unsigned destination =
+        static_cast<unsigned>(__cvta_generic_to_shared(shared_destination));
     // src-size 0 reads nothing and writes 16 zero bytes: the K tail.
     const int source_bytes = in_bounds ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(destination),
@@ -123,8 +110,9 @@ __device__ __forceinline__ void waitForCopies() {
 // Copy the 128 x 32 slice of A and the 32 x 128 slice of B that start at k_start.
 // Each of the 128 threads moves four 16-byte pieces of each; consecutive threads
 // take consecutive pieces of a row, so every warp reads whole runs of a row.
-__device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const half* a, const half* b,
-                                          int k, int n, int tile_row, int tile_col, int k_start) {
+__device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const half* a,
+                                          const half* b, int k, int n, int tile_row,
+                                          int tile_col, int k_start) {
     constexpr int kPiecesPerRowA = kBlockK / 8;  // 4
     constexpr int kPiecesPerRowB = kBlockN / 8;  // 16
 #pragma unroll
@@ -133,8 +121,8 @@ __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const 
         const int row = piece / kPiecesPerRowA;
         const int col = (piece % kPiecesPerRowA) * 8;
         const bool in_bounds = k_start + col < k;
-        const half* source =
-            a + (static_cast<size_t>(tile_row) * kBlockM + row) * k + (in_bounds ? k_start + col : 0);
+        const size_t a_row = static_cast<size_t>(tile_row) * kBlockM + row;
+        const half* source = a + a_row * k + (in_bounds ? k_start + col : 0);
         copy16Async(shared_a + row * kStrideA + col, source, in_bounds);
     }
 #pragma unroll
@@ -162,7 +150,8 @@ struct GemmOperands {
 };
 
 // The epilogue's store: four consecutive outputs of one row, each written once.
-__device__ __forceinline__ void storeOutputs(const GemmOperands& operands, size_t row, int col, float4 value) {
+__device__ __forceinline__ void storeOutputs(const GemmOperands& operands, size_t row, int col,
+                                             float4 value) {
     *reinterpret_cast<float4*>(operands.c + row * operands.n + col) = value;
 }
 
@@ -187,7 +176,8 @@ __global__ void __launch_bounds__(kThreads) wmmaGemmKernel(const GemmOperands op
 
     const int warp = threadIdx.x / 32, warp_row = warp / kWarpsN, warp_col = warp % kWarpsN;
 
-    wmma::fragment<wmma::accumulator, kWmmaSize, kWmmaSize, kWmmaSize, float> accumulators[kFragmentsM][kFragmentsN];
+    wmma::fragment<wmma::accumulator, kWmmaSize, kWmmaSize, kWmmaSize, float>
+        accumulators[kFragmentsM][kFragmentsN];
 #pragma unroll
     for (int i = 0; i < kFragmentsM; ++i)
 #pragma unroll
@@ -200,8 +190,8 @@ __global__ void __launch_bounds__(kThreads) wmmaGemmKernel(const GemmOperands op
 #pragma unroll
     for (int stage = 0; stage < kStages - 1; ++stage) {
         if (stage < k_tiles)
-            loadStage(shared_a + stage * kStageHalvesA, shared_b + stage * kStageHalvesB, a, b, k, n,
-                      tile_row, tile_col, stage * kBlockK);
+            loadStage(shared_a + stage * kStageHalvesA, shared_b + stage * kStageHalvesB, a, b,
+                      k, n, tile_row, tile_col, stage * kBlockK);
         commitCopies();
     }
 
@@ -229,15 +219,20 @@ __global__ void __launch_bounds__(kThreads) wmmaGemmKernel(const GemmOperands op
                 a_fragments[kFragmentsM];
 #pragma unroll
             for (int i = 0; i < kFragmentsM; ++i)
-                wmma::load_matrix_sync(a_fragments[i], stage_a + i * kWmmaSize * kStrideA + k_step, kStrideA);
+                wmma::load_matrix_sync(a_fragments[i],
+                                       stage_a + i * kWmmaSize * kStrideA + k_step, kStrideA);
             // One B fragment at a time keeps 32 fewer registers live than four.
 #pragma unroll
             for (int j = 0; j < kFragmentsN; ++j) {
-                wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half, wmma::row_major> b_fragment;
-                wmma::load_matrix_sync(b_fragment, stage_b + k_step * kStrideB + j * kWmmaSize, kStrideB);
+                wmma::fragment<wmma::matrix_b, kWmmaSize, kWmmaSize, kWmmaSize, half,
+                               wmma::row_major>
+                    b_fragment;
+                wmma::load_matrix_sync(b_fragment, stage_b + k_step * kStrideB + j * kWmmaSize,
+                                       kStrideB);
 #pragma unroll
                 for (int i = 0; i < kFragmentsM; ++i)
-                    wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment, accumulators[i][j]);
+                    wmma::mma_sync(accumulators[i][j], a_fragments[i], b_fragment,
+                                   accumulators[i][j]);
             }
         }
     }
@@ -255,7 +250,8 @@ __global__ void __launch_bounds__(kThreads) wmmaGemmKernel(const GemmOperands op
     for (int i = 0; i < kFragmentsM; ++i) {
 #pragma unroll
         for (int j = 0; j < kFragmentsN; ++j)
-            wmma::store_matrix_sync(staging + j * kWmmaSize, accumulators[i][j], kStrideC, wmma::mem_row_major);
+            wmma::store_matrix_sync(staging + j * kWmmaSize, accumulators[i][j], kStrideC,
+                                    wmma::mem_row_major);
         __syncwarp();
         constexpr int kVectorsPerRow = kWarpN / 4;  // 16 float4 per 64-float row
 #pragma unroll
@@ -282,14 +278,18 @@ cudaError_t launchWmmaGemm(const half* a, const half* b, float* c, size_t m, siz
     if (tiles == 0) return cudaSuccess;  // an empty C: nothing to launch
     if (tiles > INT_MAX) return cudaErrorInvalidValue;
     GemmOperands operands{};
-    operands.a = a, operands.b = b, operands.c = c;
-    operands.m = static_cast<int>(m), operands.n = static_cast<int>(n), operands.k = static_cast<int>(k);
+    operands.a = a;
+    operands.b = b;
+    operands.c = c;
+    operands.m = static_cast<int>(m);
+    operands.n = static_cast<int>(n);
+    operands.k = static_cast<int>(k);
 
     // Above 48 KB of dynamic shared memory a kernel must opt in, per device. The
     // call costs well under a microsecond and is not a stream operation, so it is
     // also allowed while a CUDA graph is being captured.
-    const cudaError_t opt_in =
-        cudaFuncSetAttribute(wmmaGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+    const cudaError_t opt_in = cudaFuncSetAttribute(
+        wmmaGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
     if (opt_in != cudaSuccess) return opt_in;
 
     wmmaGemmKernel<<<static_cast<unsigned>(tiles), kThreads, kSharedBytes, stream>>>(operands);

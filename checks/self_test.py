@@ -12,7 +12,7 @@ day87::wmma_mm_bias), and each verdict must be the expected one; where the folde
 has its own wmma_mm_bias, the grader grades that too, and it must pass.
 """
 
-import dataclasses
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -74,7 +74,7 @@ def wrong_variants():
     def reads_rows_as_dense_backward(ctx, grad):  # grad's memory taken as M x N floats in a row
         return op._backward(ctx, grad.as_strided(grad.shape, (grad.shape[1], 1)))
 
-    def synchronizing_backward(ctx, grad):  # "to see errors where they happen"
+    def synchronizing_backward(ctx, grad):  # "to see errors where they happen", then the matmuls
         torch.cuda.synchronize()
         return op._backward(ctx, grad)
 
@@ -110,6 +110,10 @@ def wrong_variants():
         torch.cuda.synchronize()
         return c
 
+    def synchronizing_before_launch(a, b):  # waits for the GPU, then launches: the stream stays busy
+        torch.cuda.synchronize()
+        return torch.ops.day87.wmma_mm(a, b)
+
     def plain_matmul(a, b):  # right numbers, but not the registered operator
         return torch.mm(a.float(), b.float()) if a.is_cuda else torch.mm(a, b)
 
@@ -123,8 +127,9 @@ def wrong_variants():
         "backward reads padded rows as dense": torch.ops.day87_wrong.reads_rows_as_dense,
         "launches on the default stream": on_default_stream,
         "reads the output back (sync)": checks_for_nan,
-        "forward calls torch.cuda.synchronize()": synchronizing_forward,
-        "backward calls torch.cuda.synchronize()": torch.ops.day87_wrong.synchronizing_backward,
+        "forward synchronizes after its launch": synchronizing_forward,
+        "forward synchronizes before its launch": synchronizing_before_launch,
+        "backward synchronizes before its matmuls": torch.ops.day87_wrong.synchronizing_backward,
         "backward under torch.no_grad()": torch.ops.day87_wrong.undifferentiable_backward,
         "plain torch.mm": plain_matmul,
     }
@@ -171,8 +176,9 @@ def prove_rows():
         ("9 stream order", test_op.check_stream_order, "launches on the default stream"),
         ("10 profiler", test_op.check_profiler, "plain torch.mm"),
         ("11 no host sync", test_op.check_no_host_sync, "reads the output back (sync)"),
-        ("11 no host sync", test_op.check_no_host_sync, "forward calls torch.cuda.synchronize()"),
-        ("11 no host sync", test_op.check_no_host_sync, "backward calls torch.cuda.synchronize()"),
+        ("11 no host sync", test_op.check_no_host_sync, "forward synchronizes after its launch"),
+        ("11 no host sync", test_op.check_no_host_sync, "forward synchronizes before its launch"),
+        ("11 no host sync", test_op.check_no_host_sync, "backward synchronizes before its matmuls"),
         ("13 backward accuracy", test_op.check_backward_accuracy, "backward reads padded rows as dense"),
         ("15 double backward, cpu f64", lambda wrong: hardening.check_double_backward(wrong, "cpu"),
          "backward under torch.no_grad()"),
@@ -244,6 +250,17 @@ def _reads_the_strided_bias(a, b, bias):
 
 
 _correct_fake = _with_contract(_unchecked_fake, contiguity=False)
+
+
+def _fake_without_the_1d_rule(a, b, bias):
+    # The bias's rules as the implementation has them, but for its shape, where only the
+    # last size is checked: a 1 x N bias passes the fake and is refused in eager.
+    name = f"{CASE_NAMESPACE}::wmma_mm_bias"
+    torch._check(bias.device == a.device, lambda: f"{name}: bias must be on a's device")
+    op.check_matrices(name, a, b)
+    torch._check(bias.shape[-1] == b.shape[1], lambda: f"{name}: bias needs one value per column")
+    torch._check(bias.dtype == op.accumulate_dtype(a.dtype), lambda: f"{name}: bias dtype")
+    return _unchecked_fake(a, b, bias)
 _correct_forward = _with_contract(lambda a, b, bias: _mm(a, b) + bias)
 
 
@@ -304,6 +321,9 @@ EXERCISE_CASES = {
         _with_contract(lambda a, b, bias: _mm(a, b) + bias, dtype_blames="a and b"), _sum, _correct_fake,
         {"contract"}),
     "a fake without the bias's checks": (_correct_forward, _sum, _unchecked_fake, {"contract"}),
+    # The fake's verdict must be the implementation's: it accepts a bias that is not 1-D.
+    "a fake without the bias's 1-D rule": (_correct_forward, _sum, _fake_without_the_1d_rule,
+                                           {"contract"}),
     "a wrapper that drops the bias": (_correct_forward, _sum, _correct_fake, {"wrapper"}),
     # Wrong on CUDA alone, where the refusals are asked of the CUDA implementation. A
     # CUDA bias beside CPU float64 a and b reaches it, and a and b's rules blame them.
@@ -322,7 +342,10 @@ ON_CUDA_ONLY = {"bias's device after a and b's (CUDA)": {"contract"},
 
 # What a failing row must say for a case: what it saw, and the hint that applies.
 # None of them states the gradient's formula.
-CAUSES = {("grad_bias over the wrong axis", "gradient"): ["has shape [6] for a bias of shape [4]", "Hint 1"],
+CAUSES = {("a fake without the bias's 1-D rule", "contract"): [
+              "a 1 x 128 bias (fake cpu): the call returned instead of raising",
+              "where the CPU implementation raised"],
+          ("grad_bias over the wrong axis", "gradient"): ["has shape [6] for a bias of shape [4]", "Hint 1"],
           ("grad_bias is grad itself", "gradient"): ["has shape [6, 4] for a bias of shape [4]", "Hint 1"],
           ("grad_bias scaled (mean)", "gradient"): ["grad_bias[0]: got", "expected", "Hint 2"],
           ("backward returns None for bias", "gradient"): ["grad_bias is None", "Hint 2"],
@@ -386,12 +409,17 @@ def grade_exercise_cases():
     """Run the sixth check once per registration, each in a fresh process (an
     operator cannot be unregistered), print what each run printed, and return
     one row per case comparing its verdict with the expected one."""
-    runs = {}
-    for name in EXERCISE_CASES:
-        runs[name] = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
-                                    env=dict(os.environ, DAY87_EXERCISE_CASE=name))
+    def run(name):
+        return subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True,
+                              text=True, env=dict(os.environ, DAY87_EXERCISE_CASE=name))
+
+    # The cases side by side, a few at a time: each is a process of its own, and most of
+    # its time is importing torch and the operator.
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(8, (os.cpu_count() or 2) // 2))) as pool:
+        runs = dict(zip(EXERCISE_CASES, pool.map(run, EXERCISE_CASES)))
+    for name, child in runs.items():
         print(f"--- the sixth check, on the registration '{name}':")
-        print(runs[name].stdout)
+        print(child.stdout)
 
     def graded(name):
         child, expected = runs[name], EXERCISE_CASES[name][-1]
@@ -419,12 +447,19 @@ def grade_exercise_cases():
     return rows
 
 
+class ExerciseCase(test_op.Operator):
+    """Check 6's operator for one case: the case's wmma_mm_bias, in a namespace of its own,
+    registered by this file, which the grader's child processes import to get it again."""
+
+    def __init__(self, case):
+        super().__init__(CASE_NAMESPACE, op)  # the lesson's wmma_mm and build beside it
+        self.module, self.python_file = sys.modules[__name__], os.path.abspath(__file__)
+        self.bias_wrapper = CASE_WRAPPERS.get(case, self.bias_op)
+
+
 def main():
     if CASE:  # a child of grade_exercise_cases()
-        bias_op = getattr(torch.ops, CASE_NAMESPACE).wmma_mm_bias
-        case = dataclasses.replace(test_op.LESSON, bias=bias_op, python_file=os.path.abspath(__file__),
-                                   bias_wrapper=CASE_WRAPPERS.get(CASE, bias_op))
-        sys.exit(0 if test_op.run_table(test_op.exercise_rows(case)) else 1)
+        sys.exit(0 if test_op.run_table(test_op.exercise_rows(ExerciseCase(CASE))) else 1)
     test_op.print_provenance()
     print("Each check, run against a deliberately wrong variant, must fail;")
     print("the exercise grader must give each registration the expected verdict.\n")

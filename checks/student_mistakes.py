@@ -41,17 +41,18 @@ KEY_STORE_ADD = f'''    {KEY_GUARD}
 MISTAKES = [
     # op.py: the registrations, the fake, the backward, the wrapper.
     ("no backward registered", "op.py",
-     '''    torch.library.register_autograd("day87::wmma_mm_bias", _backward_bias, lib=library,
-                                    setup_context=lambda ctx, inputs, output: _setup_context(ctx, inputs[:2], output))
+     '''    torch.library.register_autograd(
+        "day87::wmma_mm_bias", _backward_bias, lib=library,
+        setup_context=lambda ctx, inputs, output: _setup_context(ctx, inputs[:2], output))
 ''', "", "6 exercise: gradient", ["no backward is registered", "register_autograd", "op.py's _register"], "both"),
     ("no fake registered", "op.py",
      '''    torch.library.register_fake("day87::wmma_mm_bias", _fake_bias, lib=library)
 ''', "", "6 exercise: fake", ["no fake implementation is registered", "register_fake"], "cpu"),
     # The anchor is the fake's last check: wmma_mm's fake ends with the same return.
     ("the fake returns the input's dtype", "op.py",
-     '''bias must be {scalar_type(accumulate_dtype(a.dtype))}; {seen()}")
+     '''bias must be {scalar_type(wide)}; {seen()}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))''',
-     '''bias must be {scalar_type(accumulate_dtype(a.dtype))}; {seen()}")
+     '''bias must be {scalar_type(wide)}; {seen()}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype)''',
      "6 exercise: fake", ["the fake gives 256x384 torch.float16", "torch.float32 (accumulate_dtype)"], "both"),
     ("setup_context saves the bias instead of a and b", "op.py",
@@ -81,13 +82,15 @@ MISTAKES = [
     return torch.ops.day87.wmma_mm_bias(a, b, bias)
 ''', "", "6 exercise: wrapper", ["op.py has no wmma_mm_bias(a, b, bias) beside wmma_mm"], "cpu"),
     ("the fake has none of the bias's checks", "op.py",
-     ['''    torch._check(bias.device == a.device, lambda: f"day87::wmma_mm_bias: bias must be on a's device; {seen()}")
-''', '''    torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1],
-                 lambda: f"day87::wmma_mm_bias: bias must be 1-D, one value per column of b; {seen()}")
-    torch._check(bias.dtype == accumulate_dtype(a.dtype),
-                 lambda: f"day87::wmma_mm_bias: bias must be {scalar_type(accumulate_dtype(a.dtype))}; {seen()}")
-'''], ["", ""], "6 exercise: contract",
-     ["a CPU bias (fake cuda): the call returned instead of raising", "torch._check in the fake"], "cpu"),
+     ['''    torch._check(bias.device == a.device,
+                 lambda: f"day87::wmma_mm_bias: bias must be on a's device; {seen()}")
+''', '''    torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1], lambda: (
+        f"day87::wmma_mm_bias: bias must be 1-D, one value per column of b; {seen()}"))
+''', '''    torch._check(bias.dtype == wide,
+                 lambda: f"day87::wmma_mm_bias: bias must be {scalar_type(wide)}; {seen()}")
+'''], ["", "", ""], "6 exercise: contract",
+     ["a CPU bias beside CUDA a and b (fake cuda): the call returned instead of raising",
+      "torch._check in the fake"], "cpu"),
     # binding.cpp: the contract, the schema, the registrations, the launcher's declaration.
     ("the bias's contract left out (CPU)", "binding.cpp",
      '''    checkContractWithBias("day87::wmma_mm_bias", a, b, bias, at::kDouble, at::kDouble,
@@ -125,7 +128,8 @@ MISTAKES = [
     # gate.cu: the launcher's third caller, still calling it without the bias.
     ("gate.cu not updated", "gate.cu",
      ['''    // wmma_mm's case: no bias (nullptr). test_op.py's check 6 runs the bias on the GPU.
-    CUDA_CHECK(launchWmmaGemm(device_a, device_b, /*bias=*/nullptr, device_c, m, n, k, /*stream=*/0));''',
+    CUDA_CHECK(launchWmmaGemm(device_a, device_b, /*bias=*/nullptr, device_c, m, n, k,
+                              /*stream=*/0));''',
       "launchWmmaGemm(nullptr, nullptr, nullptr, nullptr, 100, 128, 16, 0)"],
      ["    CUDA_CHECK(launchWmmaGemm(device_a, device_b, device_c, m, n, k, /*stream=*/0));",
       "launchWmmaGemm(nullptr, nullptr, nullptr, 100, 128, 16, 0)"],
@@ -163,11 +167,11 @@ MISTAKES = [
     # where a's dtype rule fires first and blames a and b.
     ("the bias's device checked after a and b (CUDA)", "binding.cpp",
      '''    TORCH_CHECK(bias.device() == a.device(), op, ": bias must be on a's device; got bias: ",
-                described(bias), ", a: ", described(a));
+                described(bias), ", a: ", described(a), ", b: ", described(b));
     checkContract(op, a, b, input_dtype, tile_rules);
 ''', '''    checkContract(op, a, b, input_dtype, tile_rules);
     TORCH_CHECK(bias.device() == a.device(), op, ": bias must be on a's device; got bias: ",
-                described(bias), ", a: ", described(a));
+                described(bias), ", a: ", described(a), ", b: ", described(b));
 ''', "6 exercise: contract", ["a CUDA bias beside CPU a and b in float64 (cuda, in a child process): "
                                "raised, but not naming the bias"], "gpu"),
     ("a dense copy checked, the strided bias launched", "binding.cpp",

@@ -1,39 +1,45 @@
 // fast/binding.cpp: registers day87_fast::wmma_mm, wmma_mm_bias and wmma_mm_backward.
 //
-// The lesson's binding.cpp is included first with DAY87_CONTRACT_ONLY: its contract
-// for a and b (every rule and message, and the tile rule from the lesson's
-// kernel.cu) is written there once and used here as it is. What this file adds:
-// the bias's contract, the CUDA implementations (fast/kernel.cu's tuned launcher,
-// with a workspace for split K), the tensor-core backward in one dispatcher call
-// (the scaling kernel, then cuBLAS on PyTorch's handle), the float64 CPU
-// implementations, and the registrations under the namespace day87_fast, so that
-// one process can load the lesson and this operator side by side.
+// In order: the contract for a and b, the bias's contract, the CUDA implementations
+// (fast/kernel.cu's launcher, with a workspace for split K), the tensor-core backward
+// in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's handle), the
+// float64 CPU implementations, and the registrations under the namespace day87_fast,
+// so that one process can load the lesson and this operator side by side.
 //
 // fast_op.py builds it with DAY87_WITH_CUDA when a toolkit is found, as op.py does.
 
-#define DAY87_CONTRACT_ONLY
-#include "../binding.cpp"
-#undef DAY87_CONTRACT_ONLY
+#include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <climits>
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
 
 #ifdef DAY87_WITH_CUDA
-// CUDAContext.h gives PyTorch's cuBLAS handle, for the backward's products; it pulls
-// in the cuBLAS, cuSPARSE and cuSOLVER headers, which fast_op.py finds where a
-// minimal toolkit lacks them. CUDABlas.h has the guard that puts the handle's pointer
-// mode back.
+// The device guard and the current stream (CUDAGuard.h, CUDAStream.h), and PyTorch's
+// cuBLAS handle for the backward's products (CUDAContext.h: it pulls in the cuBLAS,
+// cuSPARSE and cuSOLVER headers, which fast_op.py finds where a minimal toolkit lacks
+// them). CUDABlas.h has the guard that puts the handle's pointer mode back.
 #include <ATen/cuda/CUDABlas.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+// The tile that the shape must divide: the lesson's kernel.cu defines it, and
+// fast/kernel.cu includes that file.
+extern const int kTileM, kTileN, kTileK;
 
 // Defined in fast/kernel.cu. A declaration that differs from its definition still
 // compiles and links; the library then fails to load on an undefined symbol. Change
 // the two together.
 namespace tuned {
-cudaError_t launchWmmaGemm(const __half* a, const __half* b, const float* bias, float* c, size_t m,
-                           size_t n, size_t k, float* workspace, cudaStream_t stream);
-size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k);
+cudaError_t launchFastGemm(const __half* a, const __half* b, const float* bias, float* c,
+                           size_t m, size_t n, size_t k, float* workspace, cudaStream_t stream);
+size_t fastGemmWorkspaceBytes(size_t m, size_t n, size_t k);
 std::string kernelSwitchProblem();  // "" where DAY87_FAST_KERNEL can be honoured
 // The backward's helpers.
 cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
@@ -44,6 +50,59 @@ extern const int kMaxHelperBlocks;
 #endif
 
 namespace {
+
+// ---- A copy of the lesson's contract ----------------------------------------
+// described() and checkContract below are the lesson's binding.cpp's, copied: every
+// rule, in its order, with its message character for character (test_fast.py's table
+// holds these messages to the lesson's rules). A copy, not an include, so that the
+// lesson's binding.cpp is written for the student alone; it is kept in step by hand:
+// a change to a rule there is made here too.
+
+// What a message shows of a tensor: "[256, 512] Half on cuda:0" (op.py's described()).
+std::string described(const at::Tensor& t) {
+    return c10::str(t.sizes(), " ", t.scalar_type(), " on ", t.device());
+}
+
+// The input contract. Each failure is a TORCH_CHECK: a Python RuntimeError that
+// names the rule and the values it saw, never a crash and never a silent copy.
+// `op` names the operator in every message (each of this file's operators passes its
+// own); `input_dtype` is what the device's implementation computes in; `tile_rules`
+// adds what the CUDA kernel needs and the CPU reference does not.
+void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor& b,
+                   at::ScalarType input_dtype, bool tile_rules) {
+    // TORCH_CHECK builds its message from the arguments after the condition, and only
+    // when the check fails.
+    TORCH_CHECK(a.dim() == 2 && b.dim() == 2, op, ": rule 'two matrices': a and b must be 2-D; ",
+                "got a: ", described(a), ", b: ", described(b));
+    TORCH_CHECK(a.device() == b.device(), op, ": rule 'one device': a and b must be on the same ",
+                "device; got a: ", described(a), ", b: ", described(b));
+    TORCH_CHECK(a.scalar_type() == input_dtype && b.scalar_type() == input_dtype, op,
+                ": rule 'dtype': on ", a.device(), " a and b must be ", input_dtype, "; got a: ",
+                described(a), ", b: ", described(b));
+    // Checked, never fixed with .contiguous(): that would copy the whole matrix on
+    // every call, where the caller cannot see it in a profile.
+    TORCH_CHECK(a.is_contiguous() && b.is_contiguous(), op, ": rule 'contiguous': a and b must ",
+                "be row-major contiguous; got a: ", described(a), " with strides ", a.strides(),
+                ", b: ", described(b), " with strides ", b.strides(),
+                "; call .contiguous() to make the copy explicit");
+    TORCH_CHECK(a.size(1) == b.size(0), op, ": rule 'inner dimensions': a.size(1) must equal ",
+                "b.size(0); got a: ", described(a), ", b: ", described(b));
+    if (!tile_rules) return;
+#ifdef DAY87_WITH_CUDA
+    TORCH_CHECK(a.size(0) % kTileM == 0 && b.size(1) % kTileN == 0 && a.size(1) % kTileK == 0,
+                op, ": rule 'tile': M, N and K must be multiples of ", kTileM, ", ", kTileN,
+                " and ", kTileK, "; got M=", a.size(0), ", N=", b.size(1), ", K=", a.size(1));
+#endif
+    // A view into the middle of a buffer (x[1:] of a 1-D buffer, say) can be
+    // contiguous and still start off a 16-byte boundary; the kernel's 16-byte
+    // copies would then fault and break the CUDA context for the whole process.
+    const auto misalignment = [](const at::Tensor& t) {
+        return reinterpret_cast<std::uintptr_t>(t.const_data_ptr()) % 16;
+    };
+    TORCH_CHECK(misalignment(a) == 0 && misalignment(b) == 0, op, ": rule 'alignment': a and b ",
+                "must start on a 16-byte boundary; got storage offsets of ", a.storage_offset(),
+                " and ", b.storage_offset(), " elements");
+}
 
 // wmma_mm_bias's contract: wmma_mm's rules for a and b, and the bias's own. The
 // bias's device comes first: a CUDA bias beside CPU a and b is dispatched to the
@@ -85,16 +144,18 @@ at::Tensor multiplyOnCuda(const std::string& op, const at::Tensor& a, const at::
     // adds the splits' partial sums, which need room: from PyTorch's caching
     // allocator, on this stream, so no cudaMalloc, no sync, and a CUDA graph can
     // capture the call. Usually none is needed and nothing is allocated.
-    const size_t workspace_floats = tuned::wmmaGemmWorkspaceBytes(m, n, k) / sizeof(float);
+    const size_t workspace_floats = tuned::fastGemmWorkspaceBytes(m, n, k) / sizeof(float);
     at::Tensor workspace;
-    if (workspace_floats) workspace = at::empty({static_cast<int64_t>(workspace_floats)}, c.options());
+    if (workspace_floats)
+        workspace = at::empty({static_cast<int64_t>(workspace_floats)}, c.options());
 
     // The current stream, not a new one and not the default one. PyTorch orders
     // the caller's work on this stream; a kernel on any other would run beside
     // the kernels that produce a and b, with no dependency on them.
-    const cudaError_t status = tuned::launchWmmaGemm(
+    const cudaError_t status = tuned::launchFastGemm(
         reinterpret_cast<const __half*>(a.const_data_ptr<at::Half>()),
-        reinterpret_cast<const __half*>(b.const_data_ptr<at::Half>()), bias, c.mutable_data_ptr<float>(),
+        reinterpret_cast<const __half*>(b.const_data_ptr<at::Half>()), bias,
+        c.mutable_data_ptr<float>(),
         static_cast<size_t>(m), static_cast<size_t>(n), static_cast<size_t>(k),
         workspace.defined() ? workspace.mutable_data_ptr<float>() : nullptr,
         c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
@@ -104,7 +165,8 @@ at::Tensor multiplyOnCuda(const std::string& op, const at::Tensor& a, const at::
 }
 
 at::Tensor wmmaMmCuda(const at::Tensor& a, const at::Tensor& b) {
-    const std::string op = "day87_fast::wmma_mm";  // every message names the operator that raised it
+    // every message names the operator that raised it
+    const std::string op = "day87_fast::wmma_mm";
     checkContract(op, a, b, at::kHalf, /*tile_rules=*/true);
     return multiplyOnCuda(op, a, b, nullptr);
 }
@@ -120,10 +182,11 @@ at::Tensor wmmaMmBiasCuda(const at::Tensor& a, const at::Tensor& b, const at::Te
 // `left` and `right` FP16 row-major or, where `transpose_*`, the row-major matrix
 // whose transpose is meant. cuBLAS accumulates in FP32, multiplies each sum by
 // alpha and rounds it once to FP16: the unscale costs no pass of its own.
-void halfProduct(const std::string& op, const __half* left, bool transpose_left, const __half* right,
-                 bool transpose_right, __half* out, int64_t rows, int64_t cols, int64_t depth,
-                 const float* alpha_and_beta) {
-    if (rows == 0 || cols == 0) return;  // an empty product: cuBLAS would refuse its leading dimension
+void halfProduct(const std::string& op, const __half* left, bool transpose_left,
+                 const __half* right, bool transpose_right, __half* out, int64_t rows,
+                 int64_t cols, int64_t depth, const float* alpha_and_beta) {
+    // An empty product: cuBLAS would refuse its leading dimension.
+    if (rows == 0 || cols == 0) return;
     TORCH_CHECK(rows <= INT_MAX && cols <= INT_MAX && depth <= INT_MAX, op,
                 ": each size must fit cuBLAS's int; got ", rows, ", ", cols, " and ", depth);
     // PyTorch's handle for this device and thread, already bound to the current
@@ -133,15 +196,18 @@ void halfProduct(const std::string& op, const __half* left, bool transpose_left,
     // alpha is the scale kernel's output: read from device memory, it needs no sync.
     const at::cuda::blas::PointerModeGuard device_scalars(handle, CUBLAS_POINTER_MODE_DEVICE);
     cublasMath_t math_mode;
-    TORCH_CHECK(cublasGetMathMode(handle, &math_mode) == CUBLAS_STATUS_SUCCESS, op + ": cublasGetMathMode failed");
+    TORCH_CHECK(cublasGetMathMode(handle, &math_mode) == CUBLAS_STATUS_SUCCESS,
+                op + ": cublasGetMathMode failed");
     // Without this flag cuBLAS may add a split K's partial sums in FP16, the output's
     // type; the products must be summed in FP32 and rounded once.
-    cublasSetMathMode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
-                                                        CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+    cublasSetMathMode(handle,
+                      static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     const int m = static_cast<int>(cols), n = static_cast<int>(rows), k = static_cast<int>(depth);
     // out^T = right^T @ left^T: cuBLAS's A is `right`, its B is `left`.
     const cublasStatus_t status = cublasGemmEx(
-        handle, transpose_right ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N,
+        handle, transpose_right ? CUBLAS_OP_T : CUBLAS_OP_N,
+        transpose_left ? CUBLAS_OP_T : CUBLAS_OP_N,
         m, n, k, alpha_and_beta, right, CUDA_R_16F, transpose_right ? k : m, left, CUDA_R_16F,
         transpose_left ? n : k, alpha_and_beta + 1, out, CUDA_R_16F, m, CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT);
@@ -185,21 +251,27 @@ std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
             if (out->defined()) out->zero_();
         return {grad_a, grad_b};
     }
-    const auto input = [](const at::Tensor& t) { return reinterpret_cast<const __half*>(t.const_data_ptr<at::Half>()); };
-    const auto output = [](at::Tensor& t) { return reinterpret_cast<__half*>(t.mutable_data_ptr<at::Half>()); };
+    const auto input = [](const at::Tensor& t) {
+        return reinterpret_cast<const __half*>(t.const_data_ptr<at::Half>());
+    };
+    const auto output = [](at::Tensor& t) {
+        return reinterpret_cast<__half*>(t.mutable_data_ptr<at::Half>());
+    };
     // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
     // safe inside a CUDA graph capture. The last two floats are cuBLAS's alpha and beta.
     at::Tensor workspace = at::empty({tuned::kMaxHelperBlocks + 2}, grad.options());
     float* alpha_and_beta = workspace.mutable_data_ptr<float>() + tuned::kMaxHelperBlocks;
     at::Tensor scaled = at::empty(grad.sizes(), grad.options().dtype(at::kHalf));
-    const cudaError_t status = tuned::launchScaleToHalf(grad.const_data_ptr<float>(), m, n, grad.stride(0),
-                                                 grad.stride(1), output(scaled), alpha_and_beta,
-                                                 workspace.mutable_data_ptr<float>(), stream);
+    const cudaError_t status = tuned::launchScaleToHalf(
+        grad.const_data_ptr<float>(), m, n, grad.stride(0), grad.stride(1), output(scaled),
+        alpha_and_beta, workspace.mutable_data_ptr<float>(), stream);
     TORCH_CHECK(status == cudaSuccess, op + ": launch failed: " + cudaGetErrorString(status));
     if (grad_a.defined())  // M x K = (M x N) @ (K x N)^T
-        halfProduct(op, input(scaled), false, input(*b), true, output(grad_a), m, k, n, alpha_and_beta);
+        halfProduct(op, input(scaled), false, input(*b), true, output(grad_a), m, k, n,
+                    alpha_and_beta);
     if (grad_b.defined())  // K x N = (M x K)^T @ (M x N)
-        halfProduct(op, input(*a), true, input(scaled), false, output(grad_b), k, n, m, alpha_and_beta);
+        halfProduct(op, input(*a), true, input(scaled), false, output(grad_b), k, n, m,
+                    alpha_and_beta);
     return {grad_a, grad_b};
 }
 #endif

@@ -1,16 +1,18 @@
-"""fast_op.py: day87_fast, the lesson's operator made fast, built at import.
+"""fast_op.py: day 88's operator, day87_fast: the exercise (wmma_mm_bias) solved, and
+the lesson's wmma_mm made fast. Open it after your own attempt at the exercise.
 
     import sys; sys.path.insert(0, "fast")   # from the lesson's folder
     import fast_op
     c = fast_op.wmma_mm(a, b)                 # the lesson's contract and dtypes
-    c = fast_op.wmma_mm_bias(a, b, bias)      # a @ b + bias, the bias added in the kernel's store
+    c = fast_op.wmma_mm_bias(a, b, bias)      # a @ b + bias, added in the kernel's store
 
-The lesson (op.py, one folder up) is imported first and supplies what both
-operators share, written once: the contract's rules and messages for a and b
-(binding.cpp, through fast/binding.cpp, and op.check_matrices for the fake), the
-tile, setup_context, the float64 and double-backward formula, and the build's
-helpers. What this file adds: the fake and backward of wmma_mm_bias, the tensor-core
-backward on CUDA, and its own build: this folder's sources, the cuBLAS headers that
+It is built at import. The lesson (op.py, one folder up) is imported first and
+supplies what both operators share, written once: the contract's rules and messages
+for a and b on the Python side (op.check_tensors, and op.check_matrices for the
+fake), the tile, setup_context, the float64 and double-backward formula, and the
+build's helpers. fast/binding.cpp holds its own copy of binding.cpp's rules. What
+this file adds: the fake and backward of wmma_mm_bias, the tensor-core backward on
+CUDA, and its own build: this folder's sources, the cuBLAS headers that
 fast/binding.cpp's backward needs, and sm_90a.
 """
 
@@ -193,9 +195,9 @@ def build_and_load():
     sources = [os.path.join(HERE, name) for name in ["kernel.cu"] * bool(toolkit) + ["binding.cpp"]]
     archs = op.architectures() if toolkit else None
     archs = ";".join([archs, *hopper_architectures(archs)]) if toolkit else None
-    # The lesson's files that this folder's include are in the key: an edit there rebuilds this.
-    lesson = [os.path.join(LESSON, name) for name in ("kernel.cu", "binding.cpp")]
-    directory = op.keyed_directory(NAMESPACE, sources + lesson, archs)
+    # The lesson's kernel.cu, which fast/kernel.cu includes, is in the key: an edit there
+    # rebuilds this.
+    directory = op.keyed_directory(NAMESPACE, sources + [os.path.join(LESSON, "kernel.cu")], archs)
     library = os.path.join(directory, f"{NAMESPACE}_ext.so")
     op.refuse_another_copy(NAMESPACE, __file__, library)
     if not op.built(library):

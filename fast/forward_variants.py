@@ -158,7 +158,7 @@ void run_plan(int64_t index, torch::Tensor a, torch::Tensor b, torch::Tensor c, 
 """
 
 # fast/kernel.cu is cut here: the plans, the kernels and launchPlan come before it; the
-# launcher's choice, launchWmmaGemm and the backward's helpers after it.
+# launcher's choice, launchFastGemm and the backward's helpers after it.
 CUT_BEFORE = "// Which plan and how many splits of K a call runs"
 # What fast/kernel.cu wraps its own code in: a variant's namespace takes its place, and
 # the closer, after the cut, is not in the variant's text.

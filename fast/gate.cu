@@ -25,8 +25,8 @@
 //
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch, on any
 // CUDA error, or where there is no CUDA device to run on. Exiting is right here, in a
-// program of its own, so it uses the lesson's CUDA_CHECK (kernel.cu); the extension
-// never does, because an operator must raise, not exit.
+// program of its own, so it checks each CUDA call with day 5's CUDA_CHECK (defined
+// below); the extension never does, because an operator must raise, not exit.
 
 #include <algorithm>
 #include <chrono>
@@ -75,6 +75,17 @@ __device__ void holdBriefly() {
 
 #include "kernel.cu"  // fast/kernel.cu, which includes the lesson's kernel.cu first
 
+// Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
+#define CUDA_CHECK(call)                                                                 \
+    do {                                                                                 \
+        cudaError_t err = (call);                                                        \
+        if (err != cudaSuccess) {                                                        \
+            fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(err), __FILE__, \
+                    __LINE__);                                                           \
+            exit(EXIT_FAILURE);                                                          \
+        }                                                                                \
+    } while (0)
+
 // What a run checks, from main's arguments: --small leaves out every shape with a
 // dimension past 512 (compute-sanitizer runs a kernel many times slower), and
 // --hopper checks the Hopper plans alone (fast/planted_bugs.py's Hopper bugs).
@@ -117,11 +128,11 @@ using Launcher = cudaError_t (*)(const tuned::GemmOperands&, int splits, float* 
 
 // The launcher that fast/binding.cpp calls, with its arguments taken from the operands.
 cudaError_t launchChosen(const tuned::GemmOperands& operands, int, float* workspace, cudaStream_t stream) {
-    return tuned::launchWmmaGemm(operands.a, operands.b, operands.bias, operands.c, operands.m, operands.n,
-                                 operands.k, workspace, stream);
+    return tuned::launchFastGemm(operands.a, operands.b, operands.bias, operands.c, operands.m,
+                                 operands.n, operands.k, workspace, stream);
 }
 
-// The bound is test_op.py's, derived there (error_ratio): K * 2^-23 * (|A| @ |B|), and
+// The bound is test_op.py's, derived there (reference_and_bound): K * 2^-23 * (|A| @ |B|), and
 // with a bias (K + 1) * 2^-23 * (|A| @ |B| + |bias|): one more FP32 addition.
 //
 // `extremes` draws a and b from FP16's edges as well as from N(0, 1): the largest
@@ -147,8 +158,9 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
 
     half *device_a, *device_b;
     float *device_c, *device_bias = nullptr, *workspace = nullptr;
-    const size_t workspace_bytes = launch == launchChosen ? tuned::wmmaGemmWorkspaceBytes(m, n, k)
-                                                          : splits * static_cast<size_t>(m) * n * sizeof(float);
+    const size_t workspace_bytes =
+        launch == launchChosen ? tuned::fastGemmWorkspaceBytes(m, n, k)
+                               : splits * static_cast<size_t>(m) * n * sizeof(float);
     CUDA_CHECK(cudaMalloc(&device_a, a.size() * sizeof(half)));
     CUDA_CHECK(cudaMalloc(&device_b, b.size() * sizeof(half)));
     CUDA_CHECK(cudaMalloc(&device_c, static_cast<size_t>(m) * n * sizeof(float)));
@@ -451,8 +463,8 @@ int main(int argc, char** argv) {
     }
 
     // The launcher must refuse a shape the tile does not divide, not run it.
-    const bool refused = tuned::launchWmmaGemm(nullptr, nullptr, nullptr, nullptr, 100, 128, 16, nullptr, 0) ==
-                         cudaErrorInvalidValue;
+    const bool refused = tuned::launchFastGemm(nullptr, nullptr, nullptr, nullptr, 100, 128, 16,
+                                               nullptr, 0) == cudaErrorInvalidValue;
     printf("launcher refuses M=100: %s\n", refused ? "pass" : "FAIL");
     all_pass &= refused;
     CUDA_CHECK(cudaGetLastError());

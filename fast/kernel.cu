@@ -18,14 +18,16 @@
 // checks/NOTES.md.
 //
 // The lesson's kernel.cu is included first, outside this file's namespace: the shape
-// contract (kTileM, kTileN, kTileK, which binding.cpp's rules read), the 16-byte
-// copies, the pad, the block groups' size (kGroupRows) and CUDA_CHECK come from
-// there, written once. Its own kernel and launcher are compiled here too and never
-// called: a few seconds of build, the price of one file holding those numbers.
+// contract (kTileM, kTileN, kTileK, which fast/binding.cpp's rules read), the 16-byte
+// copies, the pad and the block groups' size (kGroupRows) come from there, written
+// once. Its own kernel and launcher are compiled here too and never called: a few
+// seconds of build, the price of one file holding those numbers. This folder's
+// launcher is launchFastGemm, a name of its own: a search for the lesson's launcher
+// finds the lesson's alone.
 //
 // Built two ways:
-//   - by fast/fast_op.py, through the lesson's op.load_extension, with fast/binding.cpp
-//     (and the sm_90a target where a Hopper card may run the build);
+//   - by fast/fast_op.py, through cpp_extension.load with op.py's build helpers, with
+//     fast/binding.cpp (and the sm_90a target where a Hopper card may run the build);
 //   - included by fast/gate.cu, the standalone check:
 //       nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
 //
@@ -46,6 +48,7 @@
 #include <cudaTypedefs.h>  // the type of cuTensorMapEncodeTiled, which the runtime hands over
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -193,7 +196,7 @@ __device__ __forceinline__ void loadStage(half* shared_a, half* shared_b, const 
 // The operands, and the one place that writes C
 // ---------------------------------------------------------------------------
 // What one multiply reads and writes: the lesson's GemmOperands with the bias. The
-// kernels and the plan launchers take it whole. launchWmmaGemm zero-fills it
+// kernels and the plan launchers take it whole. launchFastGemm zero-fills it
 // (`operands{}`): wmma_mm passes no bias, so the bias is nullptr there, and the
 // store tests it first.
 struct GemmOperands {
@@ -1112,9 +1115,9 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     return cudaSuccess;
 }
 
-// The bytes of workspace launchWmmaGemm needs for this shape on the current device:
+// The bytes of workspace launchFastGemm needs for this shape on the current device:
 // 0 where K is not split.
-size_t wmmaGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
+size_t fastGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
     LaunchChoice choice{PlanChoice::kSquare, 1};
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX ||
         chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &choice) != cudaSuccess)
@@ -1156,11 +1159,11 @@ cudaError_t launchChosenPlan(const GemmOperands& operands, float* workspace, cud
 }
 
 // What fast/binding.cpp calls: launches on `stream` and returns the launch status,
-// with `workspace` as wmmaGemmWorkspaceBytes asked for and `bias` nullptr or N
+// with `workspace` as fastGemmWorkspaceBytes asked for and `bias` nullptr or N
 // floats. Sizes past an int, or a grid of more tiles than a launch can hold, answer
 // cudaErrorInvalidValue. fast/binding.cpp declares it too: a change to its
 // parameters goes in both files.
-cudaError_t launchWmmaGemm(const half* a, const half* b, const float* bias, float* c, size_t m,
+cudaError_t launchFastGemm(const half* a, const half* b, const float* bias, float* c, size_t m,
                            size_t n, size_t k, float* workspace, cudaStream_t stream) {
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;
     if ((m / kTileM) * (n / kTileN) > INT_MAX) return cudaErrorInvalidValue;

@@ -5,7 +5,7 @@
 A check that cannot fail proves nothing (checks/self_test.py does this for the
 lesson's table). day87_fast's backward scales grad into FP16 by a power of two,
 and the scale can go wrong in ways the lesson's FP32 backward cannot. Each row here
-hands one check the fast operator (test_fast.FAST, its gradient_bound included)
+hands one check the fast operator (test_fast.FAST, its gradient allowance included)
 with a backward that gets the scale wrong in one way, and passes only when the
 check fails: the fast operator's own row, "13 backward accuracy, scaled", on five
 of them; row 16 (CUDA graph) on a scale kept from an earlier call; row 11 (no host
@@ -19,7 +19,8 @@ import os
 import sys
 
 FAST_FOLDER = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [FAST_FOLDER, os.path.dirname(FAST_FOLDER)]  # test_fast.py, and the lesson's op.py and test_op.py
+# test_fast.py, and the lesson's op.py and test_op.py
+sys.path[:0] = [FAST_FOLDER, os.path.dirname(FAST_FOLDER)]
 
 import torch  # noqa: E402
 
@@ -35,8 +36,12 @@ def products(ctx, half_grad, scale):
     """grad_a, grad_b from an FP16 grad scaled by `scale`: FP16 products, FP32 sums,
     the scale divided back out; day87_fast's backward in PyTorch, but for its scale."""
     a, b = ctx.saved_tensors
-    return ((torch.mm(half_grad, b.t(), out_dtype=torch.float32) / scale).half() if b is not None else None,
-            (torch.mm(a.t(), half_grad, out_dtype=torch.float32) / scale).half() if a is not None else None)
+
+    def product(left, right):  # FP16 in, FP32 sums, the scale out, rounded to FP16
+        return (torch.mm(left, right, out_dtype=torch.float32) / scale).half()
+
+    return (product(half_grad, b.t()) if b is not None else None,
+            product(a.t(), half_grad) if a is not None else None)
 
 
 def syncing_backward(ctx, grad):  # the scale computed on the host: .item() waits for the GPU
@@ -83,7 +88,8 @@ def wrong_scaled_backwards():
     wrong = {  # the name each registers under, and its backward
         "syncing_backward": syncing_backward, "stale_scale": stale_scale_backward,
         "unscaled": unscaled_backward, "signed_maximum": signed_maximum_backward,
-        "misses_first_element": misses_first_element_backward, "misses_last_block": misses_last_block_backward,
+        "misses_first_element": misses_first_element_backward,
+        "misses_last_block": misses_last_block_backward,
     }
     library = torch.library.Library("day87_fast_wrong", "DEF")
 

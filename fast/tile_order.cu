@@ -14,15 +14,28 @@
 // in turn (microsecondsInTurn says how), as bench.py times its lines. Every order's
 // output must have the same bits as the launcher's own order's (each tile's sums do
 // not depend on when it runs): an order that differs is printed as a failure, and
-// the exit status is 1.
+// the exit status is 1. A failed CUDA call ends the program (CUDA_CHECK): it is a
+// program of its own, where exiting is right.
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernel.cu"  // fast/kernel.cu, which includes the lesson's kernel.cu first
+
+// Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
+#define CUDA_CHECK(call)                                                                 \
+    do {                                                                                 \
+        cudaError_t err = (call);                                                        \
+        if (err != cudaSuccess) {                                                        \
+            fprintf(stderr, "CUDA error %s at %s:%d\n", cudaGetErrorString(err), __FILE__, \
+                    __LINE__);                                                           \
+            exit(EXIT_FAILURE);                                                          \
+        }                                                                                \
+    } while (0)
 
 using Launch = cudaError_t (*)(const tuned::GemmOperands&, cudaStream_t, int);
 
