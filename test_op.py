@@ -8,7 +8,7 @@ compiles gate.cu.
 """
 
 import argparse
-import concurrent.futures
+import collections
 import copy
 import datetime
 import faulthandler
@@ -45,7 +45,7 @@ import op  # noqa: E402
 # --- The operator under test ---
 class Operator:
     """What the table checks, and where a failure's fix goes."""
-    kernel = "wmmaGemmKernel"  # in its forward's kernel's name (row 10)
+    kernel = "wmmaGemmKernel"  # row 10 looks for it under the forward
 
     def __init__(self, namespace, module):
         self.namespace, self.module = namespace, module
@@ -105,10 +105,9 @@ def run_table(rows, notes=()):
             status, detail = "skip", str(reason)
         except Fail as defect:
             status, detail = "FAIL", str(defect)
-        except Exception as error:  # a crash inside a check is a failure, with its cause
+        except Exception as error:  # a crash in a check is a failure, with its cause
             status, detail = "FAIL", f"{type(error).__name__}: {error}"
-        if status == "FAIL" and not BROKEN_CONTEXT and any(
-                sticky in detail for sticky in STICKY_CUDA_ERRORS):
+        if status == "FAIL" and not BROKEN_CONTEXT and context_broken():
             BROKEN_CONTEXT.append(name)
             detail = f"{first_line(detail)}\n{BROKEN_CONTEXT_HINT}"
         counts[status] += 1
@@ -129,10 +128,18 @@ def why_no_kernel(operator=LESSON):
     return None
 
 
-# A faulting kernel breaks the process's CUDA context for every later call.
-STICKY_CUDA_ERRORS = ("illegal memory access", "misaligned address", "unspecified launch failure",
-                      "illegal instruction", "device-side assert")
+# A faulting kernel breaks the process's CUDA context: every later call fails.
 BROKEN_CONTEXT = []  # the row whose kernel faulted
+
+
+def context_broken():  # this process's: a child process's fault is its own
+    if not torch.cuda.is_available():
+        return False
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError:
+        return True
+    return False
 BROKEN_CONTEXT_HINT = (
     "A kernel read or wrote outside its buffers, and the CUDA context of this process is "
     "now broken: the later CUDA rows cannot run. Doing the exercise? wmma_mm passes no "
@@ -173,7 +180,7 @@ def to64(t):
 
 def reference_and_bound(result, a, b, extra=None):
     """a @ b (+ extra) in float64 from the same values, and each element's error bound,
-    derived here once (README.md, gate.cu and checks/ point here). FP16 products are
+    derived here once. FP16 products are
     exact in FP32 (11 + 11 bits fit in 24), so the error is the K - 1 FP32 additions':
     at most (K - 1) * 2^-24 * sum_p |a_ip b_pj| rounding to nearest, 2^-23 each where
     tensor cores truncate (float64: 2^-51):
@@ -210,7 +217,8 @@ def error_ratio(result, a, b, extra=None):
 def jacobian_mismatches(fn, inputs, names, epsilon=1e-6):
     """As gradcheck, but a line per input that disagrees, with its first wrong entries."""
     analytical = torch.autograd.functional.jacobian(lambda *x: fn(*x).reshape(-1), tuple(inputs))
-    problems, columns = [], fn(*inputs).shape[1]
+    problems = []
+    columns = fn(*inputs).shape[1]
     for which, (x, name) in enumerate(zip(inputs, names)):
         def at(step):
             return fn(*inputs[:which], x + step, *inputs[which + 1:]).reshape(-1)
@@ -319,7 +327,8 @@ def check_opcheck(operator, device):
         a, b = half(128, 32), half(32, 256)
     else:
         a, b = double(4, 3), double(3, 5)
-    a.requires_grad_(), b.requires_grad_()
+    a.requires_grad_()
+    b.requires_grad_()
     results = torch.library.opcheck(operator.overload, (a, b), raise_exception=False)
     failed = {test: outcome for test, outcome in results.items() if outcome != "SUCCESS"}
     require(not failed, f"opcheck failed: {failed}")
@@ -430,18 +439,23 @@ def what_the_output_equals(c, a, b, bias):
     return "not a @ b + bias"
 
 
+def forward_hint(error, device):
+    """No implementation for the device, or Hint 1 where the bias did not broadcast."""
+    if isinstance(error, NotImplementedError):
+        return NO_IMPL.format(device)
+    broadcast = re.search(r"size of (the )?tensor|expanded size|shape|broadcast", str(error))
+    return broadcast and HINT.format(1)
+
+
 def exercise_forward(operator, bias_op):
     for m, k, n in [(3, 4, 5), (5, 4, 5)]:  # a bias on the wrong axis fails one or the other
         a, b, bias = double(m, k), double(k, n), double(n)
         shape = f"{m}x{k}x{n}"
         try:
             c = bias_op(a, b, bias)
-        except NotImplementedError as error:
-            raise raised(operator, f"{shape}: the forward", error, NO_IMPL.format("CPU")) from None
         except Exception as error:
-            broadcast = r"size of (the )?tensor|expanded size|shape|broadcast"
-            raise raised(operator, f"{shape}: the forward", error,
-                         re.search(broadcast, str(error)) and HINT.format(1)) from None
+            hint = forward_hint(error, "CPU")
+            raise raised(operator, f"{shape}: the forward", error, hint) from None
         problem = forward_problem(c, a, b, bias, shape)
         if problem and "the output's row" in problem:
             problem = f"{problem}\n{HINT.format(1)}"
@@ -453,7 +467,8 @@ def bias_gradient_problem(bias_op):
     """None where grad_bias as the backward returns it (autograd would sum it to shape)
     matches float64 for a random grad (one-hot ones round exactly in FP16)."""
     a, b, grad, bias = (double(*shape) for shape in ((6, 3), (3, 4), (6, 4), (4,)))
-    (m, n), bias = grad.shape, bias.requires_grad_()
+    m, n = grad.shape
+    bias.requires_grad_()
     try:
         out = bias_op(a, b, bias)
     except Exception:  # the forward row says why
@@ -555,22 +570,28 @@ def exercise_wrapper(operator, bias_op):
     return f"{operator.python_name}'s wmma_mm_bias agrees; schema (a, b, bias)"
 
 
+Tensor = collections.namedtuple("Tensor", "shape dtype device")  # one to make, real or fake
+
+
 def bad_bias_calls():
-    """(what, a, b, bias) for each bias the README refuses, a tensor as (shape, dtype, device)."""
-    m, k, n, f16 = 256, 2 * op.TILE_K, op.TILE_N, torch.half
+    """(what, a, b, bias) for each bias the README refuses, each a Tensor to make."""
+    m, k, n = 256, 2 * op.TILE_K, op.TILE_N
     calls = []
     for device, dtype, others in (("cpu", torch.float64, [torch.float32]),
-                                  ("cuda", f16, [torch.float64, f16])):
-        a, b, right = ((m, k), dtype, device), ((k, n), dtype, device), op.accumulate_dtype(dtype)
-        calls += [(f"a bias of length N + 1 = {n + 1} ({device})", a, b, ((n + 1,), right, device)),
-                  (f"a 1 x {n} bias ({device})", a, b, ((1, n), right, device))]
-        calls += [(f"a {other} bias ({device})", a, b, ((n,), other, device)) for other in others]
+                                  ("cuda", torch.half, [torch.float64, torch.half])):
+        a, b = Tensor((m, k), dtype, device), Tensor((k, n), dtype, device)
+        right = op.accumulate_dtype(dtype)
+        calls += [(f"a bias of length N + 1 = {n + 1} ({device})", a, b,
+                   Tensor((n + 1,), right, device)),
+                  (f"a 1 x {n} bias ({device})", a, b, Tensor((1, n), right, device))]
+        calls += [(f"a {other} bias ({device})", a, b, Tensor((n,), other, device))
+                  for other in others]
     for what, device, dtype, bias_device in (
-            ("a CPU bias beside CUDA a and b", "cuda", f16, "cpu"),
+            ("a CPU bias beside CUDA a and b", "cuda", torch.half, "cpu"),
             ("a CUDA bias beside CPU a and b in float64", "cpu", torch.float64, "cuda"),
-            ("a CUDA bias beside CPU a and b in float16", "cpu", f16, "cuda")):
-        bias = ((n,), torch.float32, bias_device)
-        calls.append((what, ((m, k), dtype, device), ((k, n), dtype, device), bias))
+            ("a CUDA bias beside CPU a and b in float16", "cpu", torch.half, "cuda")):
+        a, b = Tensor((m, k), dtype, device), Tensor((k, n), dtype, device)
+        calls.append((what, a, b, Tensor((n,), torch.float32, bias_device)))
     return calls
 
 
@@ -585,15 +606,15 @@ def verdict(bias_op, a, b, bias):
     return "returned", f"{list(c.shape)} {c.dtype}"
 
 
-def made(shape, dtype, device):
-    return fresh(*shape, dtype=dtype, device=device)
+def made(tensor):
+    return fresh(*tensor.shape, dtype=tensor.dtype, device=tensor.device)
 
 
 def call_in_child(module_name, namespace, a, b, bias):
-    """Where the contract misses a bias on another device, the fault breaks this
-    process's CUDA context, not the table's."""
-    importlib.import_module(module_name)
-    said = verdict(getattr(torch.ops, namespace).wmma_mm_bias, made(*a), made(*b), made(*bias))
+    """Where the contract misses a bias on another device, the kernel faults: in a
+    process of its own, not the table's."""
+    importlib.import_module(module_name)  # registers the operator
+    said = verdict(getattr(torch.ops, namespace).wmma_mm_bias, made(a), made(b), made(bias))
     try:
         torch.cuda.synchronize()  # a fault surfaces here
     except RuntimeError as error:
@@ -601,22 +622,34 @@ def call_in_child(module_name, namespace, a, b, bias):
     return said
 
 
+def reply(pipe, function, arguments):  # a child process's whole life
+    pipe.send(function(*arguments))
+
+
 def in_child_processes(function, argument_lists):
-    """function(*arguments) for each list, each spawned (no CUDA state is copied); a
-    child that dies counts as a return."""
-    if not argument_lists:
-        return []
-    with concurrent.futures.ProcessPoolExecutor(
-            len(argument_lists), mp_context=multiprocessing.get_context("spawn"),
-            max_tasks_per_child=1) as pool:
-        futures = [pool.submit(function, *arguments) for arguments in argument_lists]
-        outcomes = []
-        for future in futures:
-            try:
-                outcomes.append(future.result(timeout=600))
-            except concurrent.futures.process.BrokenProcessPool as error:
-                outcomes.append(("returned", f"the process died: {error}"))
-        return outcomes
+    """function(*arguments) for each list, each in a spawned process (no CUDA state is
+    copied): one that dies or hangs takes no other with it."""
+    spawn = multiprocessing.get_context("spawn")
+    children = []
+    for arguments in argument_lists:
+        receiving, sending = spawn.Pipe(duplex=False)
+        child = spawn.Process(target=reply, args=(sending, function, arguments))
+        child.start()
+        sending.close()  # the pipe now ends when the child does
+        children.append((child, receiving))
+    outcomes = []
+    for child, receiving in children:
+        try:
+            if receiving.poll(600):  # seconds
+                outcomes.append(receiving.recv())
+            else:
+                outcomes.append(("returned", "nothing: its process hung for 600 s"))
+        except EOFError:
+            child.join()
+            outcomes.append(("returned", f"nothing: its process died, exit code {child.exitcode}"))
+        child.terminate()
+        child.join()
+    return outcomes
 
 
 def exercise_contract(operator, bias_op):
@@ -628,34 +661,35 @@ def exercise_contract(operator, bias_op):
             return f"{what}: raised, but not naming the bias: {said[:200]}"
 
     forward_or_skip(bias_op)
-    calls, gpu = bad_bias_calls(), not why_no_kernel(operator)
+    calls = bad_bias_calls()
+    gpu = not why_no_kernel(operator)
     real = {}  # the implementation's verdicts, where it can run
     for what, a, b, bias in calls:
-        if {a[2], bias[2]} == {"cpu"} or (gpu and a[2] == bias[2]):
-            real[what] = verdict(bias_op, made(*a), made(*b), made(*bias))
-    children = [call for call in calls if gpu and call[1][2] != call[3][2]]
+        if {a.device, bias.device} == {"cpu"} or (gpu and a.device == bias.device):
+            real[what] = verdict(bias_op, made(a), made(b), made(bias))
+    children = [call for call in calls if gpu and call[1].device != call[3].device]
     outcomes = in_child_processes(call_in_child, [
         (operator.module.__name__, operator.namespace, a, b, bias) for _, a, b, bias in children])
     real.update(zip((call[0] for call in children), outcomes))
     problems = []
     for what, a, b, bias in calls:
-        label = what if a[2] == bias[2] else f"{what} (cuda, in a child process)"
-        fake_label = re.sub(r" \((cpu|cuda)\)$", "", what) + f" (fake {a[2]})"
+        label = what if a.device == bias.device else f"{what} (cuda, in a child process)"
+        fake_label = re.sub(r" \((cpu|cuda)\)$", "", what) + f" (fake {a.device})"
         try:
             with FakeTensorMode():
-                fake = verdict(bias_op, made(*a), made(*b), made(*bias))
+                fake = verdict(bias_op, made(a), made(b), made(bias))
         except UnsupportedOperatorException:
             raise no_fake(operator, bias_op) from None
-        said = real.get(what, ("", ""))
-        if said[0] == "returned":
-            agrees = ", and so did the fake" if fake[0] == "returned" else ", where the fake raised"
-            problems.append(f"{label}: the call returned instead of raising{agrees}"
-                            + (f"; then: {said[1]}" if "then:" in said[1] else ""))
-        elif said[0]:
+        said = real.get(what)  # None: the implementation cannot run here
+        if said and said[0] == "returned":
+            fake_did = "returned too" if fake[0] == "returned" else "raised"
+            problems.append(f"{label}: the call returned instead of raising (the fake "
+                            f"{fake_did}), giving {said[1]}")
+        elif said:
             problems.append(named(label, said[1]))
-        if fake[0] == "returned" and said[0] != "returned":
-            side = "CUDA" if "cuda" in (a[2], bias[2]) else "CPU"
-            where = f", where the {side} implementation raised" if said[0] else ""
+        if fake[0] == "returned" and not (said and said[0] == "returned"):
+            side = "CUDA" if "cuda" in (a.device, bias.device) else "CPU"
+            where = f", where the {side} implementation raised" if said else ""
             problems.append(f"{fake_label}: the call returned instead of raising, giving "
                             f"{fake[1]}{where}")
         elif fake[0] == "raised":
@@ -676,7 +710,7 @@ def exercise_contract(operator, bias_op):
             "the fake) whose message names the bias and what it saw.")
     asked = len(real) + len(calls) + 1 + gpu
     sides = "cpu, cuda and fake" if gpu else "cpu and fake"
-    return f"{asked} calls refused ({sides}), each naming the bias; the fake agrees"
+    return f"{asked} calls ({sides}) refused naming the bias, or read right; the fake agrees"
 
 
 def exercise_cuda_forward(operator, bias_op):
@@ -684,8 +718,10 @@ def exercise_cuda_forward(operator, bias_op):
     try:
         return ", ".join(forward_on_gpu(bias_op, *shape, bias=True)
                          for shape in ((256, 512, 384), (512, 1024, 128)))
-    except NotImplementedError as error:
-        raise raised(operator, "the forward", error, NO_IMPL.format("CUDA")) from None
+    except Fail:
+        raise
+    except Exception as error:
+        raise raised(operator, "the forward", error, forward_hint(error, "CUDA")) from None
 
 
 def exercise_cuda_gradient(operator, bias_op):
@@ -783,14 +819,16 @@ def check_compile(operator, device):
             got.backward(grad)
             for mine, theirs in zip(graph, eager):
                 torch.testing.assert_close(mine.grad, theirs.grad)
-        breaks, kind = sum(counters["graph_break"].values()), "dynamic" if dynamic else "static"
+        breaks = sum(counters["graph_break"].values())
+        kind = "dynamic" if dynamic else "static"
         require(counter.frame_count == 1 and breaks == 0,
                 f"{kind}: {counter.frame_count} graphs, {breaks} breaks")
         report.append(f"{kind}: 1 graph, 0 breaks")
     # Not contiguity or alignment: a fake's strides may not be eager's; it has no address.
     calls = [call for call in contract_calls(device)
              if call[2] not in ("contiguous", "alignment") and call[0] is not None]
-    records, recorder = [], logging.Handler(logging.WARNING)
+    records = []
+    recorder = logging.Handler(logging.WARNING)
     recorder.emit = records.append
     logging.getLogger("torch").addHandler(recorder)
     try:
@@ -946,7 +984,7 @@ def check_gate_compiles(operator):
     folder = f"{operator.namespace}-gate-{key.hexdigest()[:16]}"
     gate = os.path.join(os.path.dirname(operator.build["directory"]), folder, "gate.o")
     # pip's toolkit keeps its headers in folders of their own
-    headers = [f"-I{folder}" for folder in (operator.build["toolkit"] or {}).get("include", [])]
+    headers = [f"-I{path}" for path in (operator.build["toolkit"] or {}).get("include", [])]
     if not os.path.exists(gate):
         os.makedirs(os.path.dirname(gate), exist_ok=True)
         built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o", gate, sources[0]],

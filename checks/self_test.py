@@ -453,7 +453,10 @@ class ExerciseCase(test_op.Operator):
 
     def __init__(self, case):
         super().__init__(CASE_NAMESPACE, op)  # the lesson's wmma_mm and build beside it
-        self.module, self.python_file = sys.modules[__name__], os.path.abspath(__file__)
+        # This module: "__main__" in the case's process, which check 6's spawned children
+        # import again (as spawn re-imports a main module), registering the case at import.
+        self.module = sys.modules[__name__]
+        self.python_file = os.path.abspath(__file__)
         self.bias_wrapper = CASE_WRAPPERS.get(case, self.bias_op)
 
 

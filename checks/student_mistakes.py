@@ -174,6 +174,13 @@ MISTAKES = [
                 described(bias), ", a: ", described(a), ", b: ", described(b));
 ''', "6 exercise: contract", ["a CUDA bias beside CPU a and b in float64 (cuda, in a child process): "
                                "raised, but not naming the bias"], "gpu"),
+    # No bias rule at all on CUDA: a CPU bias reaches the kernel, which reads host memory and
+    # faults (in check 6's child process, which the table survives).
+    ("the bias's contract left out (CUDA)", "binding.cpp",
+     "checkContractWithBias(op, a, b, bias, at::kHalf, at::kFloat, /*tile_rules=*/true);",
+     "checkContract(op, a, b, at::kHalf, /*tile_rules=*/true);",
+     "6 exercise: contract", ["a CPU bias beside CUDA a and b (cuda, in a child process): the call "
+                              "returned instead of raising"], "gpu"),
     ("a dense copy checked, the strided bias launched", "binding.cpp",
      "checkContractWithBias(op, a, b, bias, at::kHalf,",
      "checkContractWithBias(op, a, b, bias.contiguous(), at::kHalf,",
