@@ -80,7 +80,7 @@ class Operator:
 LESSON = Operator("day87", op)
 
 
-# --- The table: a check returns its row's detail, or raises Skip(why) or Fail(what) ---
+# --- The table: a check returns a detail, or raises Skip or Fail ---
 class Skip(Exception):
     """The row cannot run here."""
 
@@ -522,9 +522,11 @@ def exercise_fake(operator, bias_op):
     # On CUDA a fake that returns the input's dtype is wrong; fakes need no GPU.
     m, k, n = 2 * op.TILE_M, 3 * op.TILE_K, 3 * op.TILE_N
     seen = f"fake CUDA tensors ({m}x{k} @ {k}x{n} torch.float16, bias {n} torch.float32)"
+    inputs = [Tensor(shape, dtype, "cuda") for shape, dtype in
+              (((m, k), torch.half), ((k, n), torch.half), ((n,), torch.float32))]
     try:
         with FakeTensorMode():
-            out = bias_op(half(m, k), half(k, n), single(n))
+            out = bias_op(*map(made, inputs))
     except UnsupportedOperatorException:
         raise no_fake(operator, bias_op) from None
     except Exception as error:
@@ -606,11 +608,11 @@ def verdict(bias_op, a, b, bias):
     return "returned", f"{list(c.shape)} {c.dtype}"
 
 
-def made(tensor):
-    return fresh(*tensor.shape, dtype=tensor.dtype, device=tensor.device)
+def made(tensor):  # empty, then filled: a CPU-only torch can make a fake CUDA one so
+    return torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device).normal_()
 
 
-def call_in_child(module_name, namespace, a, b, bias):
+def call_in_child(pipe, module_name, namespace, a, b, bias):
     """Where the contract misses a bias on another device, the kernel faults: in a
     process of its own, not the table's."""
     importlib.import_module(module_name)  # registers the operator
@@ -618,22 +620,18 @@ def call_in_child(module_name, namespace, a, b, bias):
     try:
         torch.cuda.synchronize()  # a fault surfaces here
     except RuntimeError as error:
-        return said[0], f"{said[1]}; then: {first_line(error)[:200]}"
-    return said
+        said = said[0], f"{said[1]}; then: {first_line(error)[:200]}"
+    pipe.send(said)
 
 
-def reply(pipe, function, arguments):  # a child process's whole life
-    pipe.send(function(*arguments))
-
-
-def in_child_processes(function, argument_lists):
-    """function(*arguments) for each list, each in a spawned process (no CUDA state is
-    copied): one that dies or hangs takes no other with it."""
+def in_child_processes(argument_lists):
+    """call_in_child for each list, each in a spawned process (no CUDA state is copied):
+    one that dies or hangs takes no other with it."""
     spawn = multiprocessing.get_context("spawn")
     children = []
     for arguments in argument_lists:
         receiving, sending = spawn.Pipe(duplex=False)
-        child = spawn.Process(target=reply, args=(sending, function, arguments))
+        child = spawn.Process(target=call_in_child, args=(sending, *arguments))
         child.start()
         sending.close()  # the pipe now ends when the child does
         children.append((child, receiving))
@@ -668,7 +666,7 @@ def exercise_contract(operator, bias_op):
         if {a.device, bias.device} == {"cpu"} or (gpu and a.device == bias.device):
             real[what] = verdict(bias_op, made(a), made(b), made(bias))
     children = [call for call in calls if gpu and call[1].device != call[3].device]
-    outcomes = in_child_processes(call_in_child, [
+    outcomes = in_child_processes([
         (operator.module.__name__, operator.namespace, a, b, bias) for _, a, b, bias in children])
     real.update(zip((call[0] for call in children), outcomes))
     problems = []
