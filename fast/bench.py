@@ -217,7 +217,7 @@ class Line:
 @contextlib.contextmanager
 def fast_kernel(kernel):
     """DAY87_FAST_KERNEL set to `kernel` (None: left as it is) inside, put back after.
-    fast/kernel.cu reads it at every call, so a line's calls and its CUDA graph's
+    fast/launch_policy.cu reads it at every call, so a line's calls and its CUDA graph's
     capture all run the kernel named, and no call pays for setting it."""
     saved = os.environ.get("DAY87_FAST_KERNEL")
     if kernel is not None:
@@ -231,7 +231,7 @@ def fast_kernel(kernel):
 
 
 def runs_hopper_kernel():
-    """Whether this card runs fast/kernel.cu's Hopper kernels: forced, the operator refuses where it cannot."""
+    """Whether this card runs fast/'s Hopper kernels (versions 2 and 3): forced, the operator refuses where it cannot."""
     a = torch.zeros(128, 16, device="cuda", dtype=torch.half)
     with fast_kernel("hopper"):
         try:

@@ -1,7 +1,7 @@
 // fast/binding.cpp: registers day87_fast::wmma_mm, wmma_mm_bias and wmma_mm_backward.
 //
 // In order: the contract for a and b, the bias's contract, the CUDA implementations
-// (fast/kernel.cu's launcher, with a workspace for split K), the tensor-core backward
+// (fast/launch_policy.cu's launcher, with a workspace for split K), the tensor-core backward
 // in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's handle), the
 // float64 CPU implementations, and the registrations under the namespace day87_fast,
 // so that one process can load the lesson and this operator side by side.
@@ -29,14 +29,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-// The tile that the shape must divide: the lesson's kernel.cu defines it, and
-// fast/kernel.cu includes that file.
-extern const int kTileM, kTileN, kTileK;
-
-// Defined in fast/kernel.cu. A declaration that differs from its definition still
+// Defined in fast/common.cuh (the tile that the shape must divide: the lesson's
+// contract, copied), fast/launch_policy.cu (the launcher) and fast/scale_to_half.cu
+// (the backward's helpers). A declaration that differs from its definition still
 // compiles and links; the library then fails to load on an undefined symbol. Change
 // the two together.
 namespace tuned {
+extern const int kTileM, kTileN, kTileK;
 cudaError_t launchFastGemm(const __half* a, const __half* b, const float* bias, float* c,
                            size_t m, size_t n, size_t k, float* workspace, cudaStream_t stream);
 size_t fastGemmWorkspaceBytes(size_t m, size_t n, size_t k);
@@ -89,9 +88,11 @@ void checkContract(const std::string& op, const at::Tensor& a, const at::Tensor&
                 "b.size(0); got a: ", described(a), ", b: ", described(b));
     if (!tile_rules) return;
 #ifdef DAY87_WITH_CUDA
-    TORCH_CHECK(a.size(0) % kTileM == 0 && b.size(1) % kTileN == 0 && a.size(1) % kTileK == 0,
-                op, ": rule 'tile': M, N and K must be multiples of ", kTileM, ", ", kTileN,
-                " and ", kTileK, "; got M=", a.size(0), ", N=", b.size(1), ", K=", a.size(1));
+    TORCH_CHECK(a.size(0) % tuned::kTileM == 0 && b.size(1) % tuned::kTileN == 0 &&
+                    a.size(1) % tuned::kTileK == 0,
+                op, ": rule 'tile': M, N and K must be multiples of ", tuned::kTileM, ", ",
+                tuned::kTileN, " and ", tuned::kTileK, "; got M=", a.size(0), ", N=", b.size(1),
+                ", K=", a.size(1));
 #endif
     // A view into the middle of a buffer (x[1:] of a 1-D buffer, say) can be
     // contiguous and still start off a 16-byte boundary; the kernel's 16-byte
@@ -218,7 +219,7 @@ void halfProduct(const std::string& op, const __half* left, bool transpose_left,
 
 // The backward's products on tensor cores: grad_a = grad @ b^T where b is given and
 // grad_b = a^T @ grad where a is given (the lesson's _setup_context saves each input only
-// when its partner needs a gradient), FP16, from an FP32 grad. fast/kernel.cu's helper says
+// when its partner needs a gradient), FP16, from an FP32 grad. fast/scale_to_half.cu says
 // why grad is scaled by a power of two first. One dispatcher call and three kernels
 // (the scaling, two cuBLAS products): each op that autograd's backward thread issues
 // costs tens of microseconds of host time, and the same work as twelve ATen ops made

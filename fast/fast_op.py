@@ -29,6 +29,9 @@ import torch  # noqa: E402
 import op  # noqa: E402  the lesson: its contract, its formula and its build
 
 NAMESPACE = "day87_fast"
+# What launch_policy.cu includes: the shared header and one file per version.
+HEADERS = [os.path.join(HERE, name) for name in
+           ["common.cuh", "version1_wmma.cuh", "version2_hopper.cuh", "version3_persistent.cuh"]]
 
 
 def wmma_mm(a, b):
@@ -167,7 +170,7 @@ def _header_flags(toolkit):
     return [f"-idirafter{folder}" for folder in folders or []]
 
 
-# fast/kernel.cu's Hopper kernel uses wgmma, which nvcc accepts only for the sm_90a
+# The Hopper kernels (versions 2 and 3) use wgmma, which nvcc accepts only for the sm_90a
 # target, and no architecture list that torch derives names it: "9.0" builds plain
 # sm_90. cpp_extension writes "9.0a" as -gencode=arch=compute_90a,code=sm_90a (the
 # -arch=sm_90a shorthand has been seen to run a plain sm_90 pass too, which rejects
@@ -192,12 +195,12 @@ def build_and_load():
     """The lesson's build (op.py) with this folder's sources, cuBLAS's headers and sm_90a:
     the toolkit, the key, one cpp_extension.load on a cold cache, the library loaded."""
     toolkit = op.find_toolkit()
-    sources = [os.path.join(HERE, name) for name in ["kernel.cu"] * bool(toolkit) + ["binding.cpp"]]
+    cuda_sources = ["launch_policy.cu", "scale_to_half.cu"] if toolkit else []
+    sources = [os.path.join(HERE, name) for name in cuda_sources + ["binding.cpp"]]
     archs = op.architectures() if toolkit else None
     archs = ";".join([archs, *hopper_architectures(archs)]) if toolkit else None
-    # The lesson's kernel.cu, which fast/kernel.cu includes, is in the key: an edit there
-    # rebuilds this.
-    directory = op.keyed_directory(NAMESPACE, sources + [os.path.join(LESSON, "kernel.cu")], archs)
+    # The headers that launch_policy.cu includes are in the key: an edit there rebuilds this.
+    directory = op.keyed_directory(NAMESPACE, sources + HEADERS, archs)
     library = os.path.join(directory, f"{NAMESPACE}_ext.so")
     op.refuse_another_copy(NAMESPACE, __file__, library)
     if not op.built(library):
@@ -207,7 +210,7 @@ def build_and_load():
                 name=f"{NAMESPACE}_ext", sources=sources, build_directory=directory,
                 extra_cflags=["-O2", *_header_flags(toolkit)]
                 + ["-DDAY87_WITH_CUDA"] * bool(toolkit),
-                # -lineinfo lets compute-sanitizer name fast/kernel.cu's lines.
+                # -lineinfo lets compute-sanitizer name the kernels' lines.
                 extra_cuda_cflags=["-O3", "-lineinfo"],
                 extra_include_paths=flags["include"], extra_ldflags=flags["link"],
                 is_python_module=False)  # binding.cpp's TORCH_LIBRARY blocks register at load

@@ -1,5 +1,5 @@
-// fast/gate.cu: the fast tier's standalone gate. fast/kernel.cu's launcher, and each
-// of its tile plans directly (whole and with K split, with and without a bias),
+// fast/gate.cu: the fast tier's standalone gate. fast/launch_policy.cu's launcher, and
+// each version's tile plans directly (whole and with K split, with and without a bias),
 // against a float64 CPU reference, and the backward's scaling kernel against the
 // same arithmetic on the CPU, with no PyTorch anywhere: if this fails, the kernels
 // are wrong, not the binding.
@@ -37,9 +37,9 @@
 #include <random>
 #include <vector>
 
-// fast/kernel.cu calls these where a split writes its partial sums and where a block
-// of the scaling kernel writes its largest magnitude; they must be defined before it
-// is included.
+// The kernels call these where a split writes its partial sums and where a block of
+// the scaling kernel writes its largest magnitude; they must be defined before the
+// kernels' files are included.
 #ifdef DAY87_ORDERING_BUILD
 #include <cuda_runtime.h>
 __device__ void holdLong() {
@@ -73,7 +73,8 @@ __device__ void holdBriefly() {
 #define DAY87_HOLD_HOPPER_CONSUMER() holdBriefly()
 #endif
 
-#include "kernel.cu"  // fast/kernel.cu, which includes the lesson's kernel.cu first
+#include "launch_policy.cu"  // the three versions and the launcher that chooses
+#include "scale_to_half.cu"   // the backward's scaling kernel
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
 #define CUDA_CHECK(call)                                                                 \
@@ -123,11 +124,11 @@ void referenceGemm(const std::vector<half>& a, const std::vector<half>& b,
 // ---------------------------------------------------------------------------
 // How a check launches: a plan directly, K in `splits` runs (0 for a Hopper plan,
 // which never splits K), or the launcher, which chooses both. The operands travel as
-// fast/kernel.cu's GemmOperands, so an operand added there changes nothing here.
-using Launcher = cudaError_t (*)(const tuned::GemmOperands&, int splits, float* workspace, cudaStream_t);
+// fast/common.cuh's FastGemmOperands, so an operand added there changes nothing here.
+using Launcher = cudaError_t (*)(const tuned::FastGemmOperands&, int splits, float* workspace, cudaStream_t);
 
 // The launcher that fast/binding.cpp calls, with its arguments taken from the operands.
-cudaError_t launchChosen(const tuned::GemmOperands& operands, int, float* workspace, cudaStream_t stream) {
+cudaError_t launchChosen(const tuned::FastGemmOperands& operands, int, float* workspace, cudaStream_t stream) {
     return tuned::launchFastGemm(operands.a, operands.b, operands.bias, operands.c, operands.m,
                                  operands.n, operands.k, workspace, stream);
 }
@@ -176,7 +177,7 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     // Poison C with NaN bytes (0xFF): an element the kernel never writes fails.
     CUDA_CHECK(cudaMemset(device_c, 0xFF, static_cast<size_t>(m) * n * sizeof(float)));
 
-    tuned::GemmOperands operands{};
+    tuned::FastGemmOperands operands{};
     operands.a = device_a;
     operands.b = device_b;
     operands.c = device_c;
@@ -230,9 +231,20 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
 // it would read unwritten sums), and K split two ways and four, where the splits'
 // stages do not divide evenly (17 stages of 16, 9 of 32). Then the bias, which must
 // be added once: whole, and with K split (the reduction adds it, not each split).
+// Version 1's plan directly, as the launcher launches it on this device.
+template <class Plan>
+cudaError_t launchWmma(const tuned::FastGemmOperands& operands, int splits, float* workspace,
+                       cudaStream_t stream) {
+    tuned::DeviceFacts facts;
+    const cudaError_t status = tuned::currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    return tuned::version1::launchPlan<Plan>(operands, splits, workspace, facts.dependent_launch,
+                                             stream);
+}
+
 template <class Plan>
 bool checkPlan(const char* name, std::mt19937& generator) {
-    const Launcher launch = tuned::launchPlan<Plan>;
+    const Launcher launch = launchWmma<Plan>;
     bool pass = checkShape(name, launch, 1, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272, generator);
     pass &= checkShape(name, launch, 1, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
     pass &= checkShape(name, launch, 2, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 4096, generator);
@@ -248,13 +260,16 @@ bool checkPlan(const char* name, std::mt19937& generator) {
 // A Hopper plan directly, on version 2 (a block per tile) or version 3 (persistent),
 // as their launchers take it (neither splits K).
 template <class Plan>
-cudaError_t launchHopper(const tuned::GemmOperands& operands, int, float*, cudaStream_t stream) {
-    return tuned::launchHopperPlan<Plan>(operands, stream);
+cudaError_t launchHopper(const tuned::FastGemmOperands& operands, int, float*, cudaStream_t stream) {
+    return tuned::version2::launchHopperPlan<Plan>(operands, stream);
 }
 
 template <class Plan>
-cudaError_t launchPersistent(const tuned::GemmOperands& operands, int, float*, cudaStream_t stream) {
-    return tuned::launchPersistentPlan<Plan>(operands, stream);
+cudaError_t launchPersistent(const tuned::FastGemmOperands& operands, int, float*, cudaStream_t stream) {
+    tuned::DeviceFacts facts;
+    const cudaError_t status = tuned::currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    return tuned::version3::launchPersistentPlan<Plan>(operands, facts.multiprocessors, stream);
 }
 
 // Each Hopper plan directly, where this device runs it: one tile and several, with M
@@ -307,7 +322,7 @@ bool checkScale(const char* name, int rows, int cols, int64_t row_stride, int64_
         for (int col = 0; col < cols; ++col) element(row, col) = normal(generator) * std::pow(10.0f, decades(generator));
     element(largest_row, largest_col) = -std::ldexp(1.0f, 20);  // a negative largest: |value| is what counts
 
-    // The CPU's arithmetic, as fast/kernel.cu's comment states it.
+    // The CPU's arithmetic, as fast/scale_to_half.cu's comment states it.
     float largest = 0.0f;
     for (int row = 0; row < rows; ++row)
         for (int col = 0; col < cols; ++col) largest = std::fmax(largest, std::fabs(element(row, col)));
@@ -390,9 +405,9 @@ int main(int argc, char** argv) {
     std::mt19937 generator(87);
     bool all_pass = true;
     if (!hopper_only) {
-        all_pass &= checkPlan<tuned::SquarePlan>("SquarePlan", generator);
-        all_pass &= checkPlan<tuned::SmallGridPlan>("SmallGridPlan", generator);
-        all_pass &= checkPlan<tuned::TuringPlan>("TuringPlan", generator);
+        all_pass &= checkPlan<tuned::version1::SquarePlan>("SquarePlan", generator);
+        all_pass &= checkPlan<tuned::version1::SmallGridPlan>("SmallGridPlan", generator);
+        all_pass &= checkPlan<tuned::version1::TuringPlan>("TuringPlan", generator);
     }
     tuned::DeviceFacts facts;
     CUDA_CHECK(tuned::currentDeviceFacts(&facts));

@@ -135,7 +135,7 @@ if [ "$part" = forward ]; then
     step gate-compute75 "$out/gate75"
     # The registers each plan takes in a T4's machine code: the occupancy arithmetic
     # in checks/NOTES.md starts from these.
-    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/kernel75.cubin fast/kernel.cu &&
+    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/kernel75.cubin fast/launch_policy.cu &&
         cuobjdump --dump-resource-usage $out/kernel75.cubin; rm -f $out/kernel75.cubin"
     step forward-variants python3 fast/forward_variants.py
 fi

@@ -3,8 +3,10 @@
     python fast/planted_bugs.py            (needs a GPU and nvcc): version 1's bugs
     python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernels'
 
-Each planted bug is a text edit of fast/kernel.cu, made in a copy of the repository
-(so that the lesson's kernel.cu, which fast/kernel.cu includes, is beside it). Three
+Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of
+the repository; an edit whose text a file no longer holds stops the run, naming the
+bug and the file. (This is the one tool that edits source text: a planted bug is a
+mutation of the real kernel, not a variant of it.) Three
 checks run on every copy: fast/gate.cu compiled for this machine's card, in its
 plain and its ordering build, and fast/warp_barriers.py, which reads the compiled
 PTX; a fourth, compute-sanitizer's racecheck on the plain gate (slow beside the
@@ -16,7 +18,8 @@ verdict not expected. The exit status is the number of verdicts that were not th
 expected one. The gates build side by side.
 
 The Hopper part plants its bugs in the Hopper kernels' pipeline (versions 2 and 3
-share its parts, so a bug there is in both; one bug is version 3's own) and runs,
+each hold the same producer, consumers and epilogue, so a bug there is planted in
+both files; one bug is in common.cuh's descriptors, one is version 3's own) and runs,
 on every copy, the gate and the ordering gate built for sm_90a with --hopper (its
 plans alone, on both versions; the ordering build starts every stage as NaN, holds the producer before each
 stage's first fill and each consumer before it multiplies a stage), and
@@ -56,7 +59,8 @@ HOPPER_RACECHECK_LIMIT_S = 60
 
 
 class Bug(NamedTuple):
-    edits: list  # (old, new) text edits of fast/kernel.cu
+    files: tuple  # the files in fast/ that every edit is made in
+    edits: list  # (old text, new text)
     caught_by: tuple  # the checks that must fail on it; the others must pass
     # Checks that may catch it or not, by timing: the ordering build exists because
     # the plain gate sees an ordering bug only where a multiply happens to be slow.
@@ -66,21 +70,26 @@ class Bug(NamedTuple):
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
+VERSION1, SCALE, COMMON = ("version1_wmma.cuh",), ("scale_to_half.cu",), ("common.cuh",)
+VERSION3 = ("version3_persistent.cuh",)
+HOPPER_PIPELINES = ("version2_hopper.cuh", "version3_persistent.cuh")  # the same in both
+
+
 BUGS = {
-    "no bug (the copy as it is)": Bug([], ()),
+    "no bug (the copy as it is)": Bug((), [], ()),
     "the last split's partial sum dropped": Bug(
-        [("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
+        VERSION1, [("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
         (GATE, ORDERING_GATE)),
     "the first split's partial sum added twice": Bug(
-        [("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
+        VERSION1, [("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
           "        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n"
           "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
         (GATE, ORDERING_GATE)),
     "the early-launched reduction does not wait": Bug(
-        [("    waitForPrerequisites();  // the multiply's partial sums are all written\n", "")],
+        VERSION1, [("    waitForPrerequisites();  // the multiply's partial sums are all written\n", "")],
         (GATE, ORDERING_GATE), sm_90_only=True),
     "the reduction's first load issued before its wait": Bug(
-        [("""    waitForPrerequisites();  // the multiply's partial sums are all written
+        VERSION1, [("""    waitForPrerequisites();  // the multiply's partial sums are all written
     const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
     for (size_t i = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x); i < outputs;
          i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -95,29 +104,29 @@ BUGS = {
 """)],
         (ORDERING_GATE,), by_timing=(GATE,), sm_90_only=True),
     "the scale's cast does not wait at the grid barrier": Bug(
-        [("    cooperative::this_grid().sync();\n", "")], (ORDERING_GATE,), by_timing=(GATE,)),
+        SCALE, [("    cooperative::this_grid().sync();\n", "")], (ORDERING_GATE,), by_timing=(GATE,)),
     "the epilogue (the bias) applied per split": Bug(
-        [("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
+        VERSION1, [("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
                 *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
                                            first_c_col + col) = value;""",
           """            else {
-                GemmOperands slice = operands;
+                FastGemmOperands slice = operands;
                 slice.c = partials + blockIdx.y * static_cast<size_t>(m) * n;
                 storeOutputs(slice, c_row, first_c_col + col, value);
             }""")],
         (GATE, ORDERING_GATE)),
     # torch.cat([c1, c2], dim=1) hands c1 a gradient of row stride N1 + N2.
     "the scale reads a gradient with padded rows as dense": Bug(
-        [("col_stride == 1 && row_stride == cols &&", "col_stride == 1 && row_stride >= cols &&")],
+        SCALE, [("col_stride == 1 && row_stride == cols &&", "col_stride == 1 && row_stride >= cols &&")],
         (GATE, ORDERING_GATE)),
     # No gate's output shows these two (fast/warp_barriers.py says why), so the gates
     # must pass on them, and a gate that does see one is reported. racecheck, which
     # watches every lane's shared-memory accesses, and the PTX walk must fail.
     "the strip is overwritten before it is read out": Bug(
-        [("        __syncwarp();  // the strip is read out before the next one overwrites it\n", "")],
+        VERSION1, [("        __syncwarp();  // the strip is read out before the next one overwrites it\n", "")],
         (RACECHECK, WARP_BARRIERS)),
     "the strip is read out before it is stored": Bug(
-        [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
+        VERSION1, [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
           "                                    wmma::mem_row_major);\n")],
         (RACECHECK, WARP_BARRIERS)),
     # The Hopper kernels'. The first three, the bias and the last two fail a gate on
@@ -126,29 +135,29 @@ BUGS = {
     # failure, in the ordering build; the three MMA-order bugs between are what no run
     # is sure to show, so the gates may catch them or not, and the PTX must.
     "a consumer does not wait for TMA to fill its stage": Bug(
-        [("        waitBarrier(&ring.full[stage], pass & 1);  // TMA has written the whole stage\n", "")],
+        HOPPER_PIPELINES, [("        waitBarrier(&ring.full[stage], pass & 1);  // TMA has written the whole stage\n", "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True, racecheck_control=True),
     "the producer does not wait for the consumers to empty a stage": Bug(
-        [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
+        HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
           "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
     "the descriptors' swizzle (64-byte) differs from the tensor maps' (128-byte)": Bug(
-        [("static_cast<uint64_t>(stride_bytes >> 4) << 32 | 1ull << 62;",
+        COMMON, [("static_cast<uint64_t>(stride_bytes >> 4) << 32 | 1ull << 62;",
           "static_cast<uint64_t>(stride_bytes >> 4) << 32 | 2ull << 62;")],
         (GATE, ORDERING_GATE), hopper=True),
     "wgmma.fence only before the first stage's MMAs": Bug(
-        [("        mmaFence();\n", "        if (k_tile == 0) mmaFence();\n")],
+        HOPPER_PIPELINES, [("        mmaFence();\n", "        if (k_tile == 0) mmaFence();\n")],
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "wgmma.wait_group before wgmma.commit_group": Bug(
-        [("        mmaCommit();\n        mmaWait<0>();", "        mmaWait<0>();\n        mmaCommit();")],
+        HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();", "        mmaWait<0>();\n        mmaCommit();")],
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "a stage handed back before its MMAs are waited for": Bug(
-        [("        mmaCommit();\n        mmaWait<0>();", "        mmaCommit();\n"
+        HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();", "        mmaCommit();\n"
           "        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);\n        mmaWait<0>();"),
          ("        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);\n    }", "    }")],
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "the bias added at every stage of K": Bug(
-        [("                          : make_float2(0.0f, 0.0f);\n",
+        HOPPER_PIPELINES, [("                          : make_float2(0.0f, 0.0f);\n",
           "                          : make_float2(0.0f, 0.0f);\n"
           "        for (int j = 0; j < 16; ++j) bias[j] = make_float2((operands.k + 63) / 64 * bias[j].x,\n"
           "                                                           (operands.k + 63) / 64 * bias[j].y);\n")],
@@ -160,12 +169,12 @@ BUGS = {
     # early (in the producer and the consumers alike, so nothing hangs: the tile is
     # simply never written, and C keeps the gate's NaN there).
     "the producer runs a stage ahead of its barrier": Bug(
-        [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
+        HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
           "        waitBarrier(&ring.empty[(position + Plan::kStages - 1) % Plan::kStages],\n"
           "                    ((position - 1) / Plan::kStages & 1) ^ 1);\n")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
     "the persistent loop skips each block's last tile": Bug(
-        [("index < tiles; index += gridDim.x", "index + gridDim.x < tiles; index += gridDim.x")],
+        VERSION3, [("index < tiles; index += gridDim.x", "index + gridDim.x < tiles; index += gridDim.x")],
         (GATE, ORDERING_GATE), hopper=True),
 }
 
@@ -176,19 +185,21 @@ BUGS = {
 GATES = {GATE: ("gate", []), ORDERING_GATE: ("gate_ordering", ["-DDAY87_ORDERING_BUILD"])}
 
 
-def copy_with_bug(folder, name, edits):
-    """The repository (its work tree, not its history) copied into `folder`, with
-    fast/kernel.cu edited."""
+def copy_with_bug(folder, name, bug):
+    """The repository (its work tree, not its history) copied into `folder`, with the
+    bug's files in fast/ edited."""
     shutil.copytree(REPOSITORY, folder, ignore=shutil.ignore_patterns(".git", "__pycache__"))
-    kernel = os.path.join(folder, "fast", "kernel.cu")
-    with open(kernel) as file:
-        text = file.read()
-    for old, new in edits:
-        if old not in text:
-            sys.exit(f"planted_bugs: fast/kernel.cu no longer has the text that '{name}' edits")
-        text = text.replace(old, new)
-    with open(kernel, "w") as file:
-        file.write(text)
+    for file_name in bug.files:
+        path = os.path.join(folder, "fast", file_name)
+        with open(path) as file:
+            text = file.read()
+        for old, new in bug.edits:
+            if old not in text:
+                sys.exit(f"planted_bugs: fast/{file_name} no longer has the text that '{name}' "
+                         f"edits: {old.strip().splitlines()[0]!r}")
+            text = text.replace(old, new)
+        with open(path, "w") as file:
+            file.write(text)
 
 
 def verdict(bug, check, failed, reached):
@@ -269,7 +280,7 @@ def main(part):
         folders, builds = {}, {}
         for index, (name, bug) in enumerate(bugs.items()):
             folders[name] = os.path.join(scratch, f"bug{index}")
-            copy_with_bug(folders[name], name, bug.edits)
+            copy_with_bug(folders[name], name, bug)
             for check, (program, flags) in GATES.items():
                 builds[name, check] = subprocess.Popen(
                     [nvcc(), "-O3", "-gencode", f"arch=compute_{architecture},code=sm_{architecture}", *flags,

@@ -34,11 +34,11 @@ class FastOperator(test_op.Operator):
     """day87_fast as the table sees it. The profiler row names the kernel that the path
     runs at its shape: a Hopper kernel where DAY87_FAST_KERNEL forces one, else version
     1, which the automatic choice takes for a grid as small as that row's
-    (fast/kernel.cu's chooseLaunch). Its gradients get gradient_allowance beyond the
+    (fast/launch_policy.cu's chooseLaunch). Its gradients get gradient_allowance beyond the
     lesson's bound (checks/hardening.py's row 16 asks for it)."""
-    kernel = {"persistent": "tuned::hopperPersistentKernel",
-              "hopper": "tuned::hopperGemmKernel"}.get(os.environ.get("DAY87_FAST_KERNEL"),
-                                                       "tuned::wmmaGemmKernel")
+    kernel = {"persistent": "tuned::version3::hopperPersistentKernel",
+              "hopper": "tuned::version2::hopperGemmKernel"}.get(
+                  os.environ.get("DAY87_FAST_KERNEL"), "tuned::version1::wmmaGemmKernel")
     gradient_allowance = staticmethod(gradient_allowance)
 
 

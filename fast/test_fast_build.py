@@ -4,7 +4,7 @@
 
 The lesson's build checks (keyed folders, locks, toolchain messages, ...) are
 checks/test_build.py's, and this folder's build is the lesson's: only what differs
-is checked here. The sm_90a target that fast/kernel.cu's Hopper kernel needs is added
+is checked here. The sm_90a target that the Hopper kernels (versions 2 and 3) need is added
 where a Hopper card may run the build, and only there. fast/binding.cpp needs cuBLAS's
 headers, which the lesson does not, and a toolkit without them, with no nvidia wheels
 to take them from, must be refused before compiling, the headers named.
@@ -43,7 +43,7 @@ def test_toolkit_without_cublas_headers(tmp_path):
 
 @pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: nothing is built for a card")
 def test_hopper_target_where_a_hopper_card_may_run():
-    # fast/kernel.cu's Hopper kernel needs the sm_90a target, which no list that torch
+    # The Hopper kernels need the sm_90a target, which no list that torch
     # derives names: fast_op.py adds it to the lesson's list where that names 9.0 (a
     # Hopper card visible, or none: CI's list), and only there; the list's own stay.
     import fast_op

@@ -1,15 +1,15 @@
-"""pytest: forward_variants.py still applies to fast/kernel.cu and still compiles (no GPU needed).
+"""pytest: forward_variants.py's variants still name version 1's plans and still compile
+(no GPU needed).
 
     python -m pytest -q fast/test_forward_variants.py
 
-Each variant is fast/kernel.cu's own text with named edits; an edit whose text the
-kernel no longer holds must stop the tool with its name, not time an unedited kernel,
-and the generated calls must still match fast/kernel.cu's plan launcher and the
-lesson's kernel.cu that it includes (nvcc compiles them).
+Each variant is a plan of fast/version1_wmma.cuh selected by its template parameter,
+launched through that file's own launchPlan or its kernel alone: a plan renamed or a
+launcher whose parameters changed must fail here, where nvcc compiles the generated
+calls, not on the GPU.
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -34,45 +34,29 @@ def test_every_timing_function_it_calls_exists():
         assert called and called <= defined, f"{module}.py lacks {sorted(called - defined)}"
 
 
-@pytest.mark.parametrize("name", list(forward_variants.VARIANTS))
-def test_every_variant_applies(name):
-    plan, edits = forward_variants.VARIANTS[name]
-    source = forward_variants.variant_source(0, edits)
-    assert source.startswith("namespace variant0 {")
-    assert "#include" not in source and forward_variants.OPENER not in source
-    for what, old, new in edits:
-        assert new in source, what
+def test_one_variant_is_wrong_on_purpose():
+    """The check column is seen to fail on a variant made wrong on purpose."""
+    assert [name for name, (_, how) in forward_variants.VARIANTS.items()
+            if how == forward_variants.LAST_STAGE_DROPPED and "must fail" in name]
 
 
-def test_a_stale_edit_is_named(tmp_path):
-    shutil.copy(os.path.join(forward_variants.FAST, "kernel.cu"), tmp_path / "kernel.cu")
-    text = (tmp_path / "kernel.cu").read_text()
-    what, old, _ = forward_variants.PRELOAD_B
-    (tmp_path / "kernel.cu").write_text(text.replace(old, "// edited away\n"))
-    with pytest.raises(SystemExit, match=what):
-        forward_variants.variant_source(0, [forward_variants.PRELOAD_B], fast=str(tmp_path))
-
-
-def test_the_lesson_kernel_comes_once_outside_every_namespace():
-    source = forward_variants.variants_source({name: forward_variants.VARIANTS[name] for name in
-                                               ["SquarePlan 128x128, 3 x 32", "square, B preloaded"]})
-    with open(os.path.join(forward_variants.LESSON, "kernel.cu")) as lesson:
-        lesson_text = lesson.read()
-    assert source.count(lesson_text) == 1
-    assert source.index(lesson_text) < source.index("namespace variant0 {")
-
-
-def compile_variants(fast, folder):
-    """nvcc -c the generated variants (two: one plain, one with edits) for one architecture."""
-    names = ["SquarePlan 128x128, 3 x 32", "square, B preloaded"]
+def compile_variants(variants, folder):
+    """nvcc -c the generated calls for one architecture."""
     source = folder / "variants.cu"
-    source.write_text(forward_variants.variants_source({name: forward_variants.VARIANTS[name] for name in names},
-                                                       fast=fast))
-    return subprocess.run([NVCC, "-c", "-O0", "-gencode", "arch=compute_80,code=sm_80", "-o",
-                           str(folder / "variants.o"), str(source)], capture_output=True, text=True)
+    source.write_text(forward_variants.variants_source(variants))
+    return subprocess.run([NVCC, "-c", "-O0", "-gencode", "arch=compute_80,code=sm_80", "-I", FAST,
+                           "-o", str(folder / "variants.o"), str(source)],
+                          capture_output=True, text=True)
 
 
 @pytest.mark.skipif(not os.path.exists(NVCC), reason="no nvcc")
 def test_the_generated_calls_compile(tmp_path):
-    result = compile_variants(forward_variants.FAST, tmp_path)
+    result = compile_variants(forward_variants.VARIANTS, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists(NVCC), reason="no nvcc")
+def test_a_plan_that_is_not_there_does_not_compile(tmp_path):
+    """The compile above can fail: a plan version1_wmma.cuh does not define."""
+    result = compile_variants({"a plan that lost": ("WidePlan", forward_variants.PLAN)}, tmp_path)
+    assert result.returncode != 0 and "WidePlan" in result.stderr

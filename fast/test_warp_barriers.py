@@ -27,9 +27,9 @@ def test_every_epilogue_has_its_barriers():
 
 @pytest.mark.parametrize("name", BARRIER_BUGS)
 def test_a_missing_fast_barrier_is_named(name, tmp_path):
-    planted_bugs.copy_with_bug(str(tmp_path / "copy"), name, planted_bugs.BUGS[name].edits)
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), name, planted_bugs.BUGS[name])
     problems = missing_barriers(str(tmp_path / "copy"))
-    assert problems and all("tuned::" in problem or "tuned14" in problem for problem in problems), problems
+    assert problems and all("version1" in problem for problem in problems), problems
     assert all("with no barrier between" in problem for problem in problems), problems
 
 
@@ -58,7 +58,8 @@ SECOND_BARRIER_REMOVED = planted_bugs.BUGS["the strip is overwritten before it i
     ([ONE_SIDED], True),
 ], ids=["loop, barriers kept", "loop, second barrier removed", "first barrier on one branch only"])
 def test_every_path_is_followed(edits, named, tmp_path):
-    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "a path", edits)
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "a path",
+                               planted_bugs.Bug(planted_bugs.VERSION1, edits, ()))
     if KEPT_LOOP in edits:  # the case is only a loop if nvcc kept one: a branch back, in some epilogue
         bodies, _ = kernel_bodies(compiled_ptx(str(tmp_path / "copy"), "90"))
         assert any(branches_back_in_epilogue(lines) for lines in bodies.values())
@@ -68,8 +69,9 @@ def test_every_path_is_followed(edits, named, tmp_path):
 
 
 def test_a_missing_lesson_barrier_is_named(tmp_path):
-    """The lesson's kernel.cu stages its output the same way, in the same fast/kernel.cu PTX."""
-    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "no bug (the copy as it is)", [])
+    """The lesson's kernel.cu stages its output the same way, and is walked too."""
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "no bug (the copy as it is)",
+                               planted_bugs.BUGS["no bug (the copy as it is)"])
     kernel = tmp_path / "copy" / "kernel.cu"
     text = kernel.read_text()
     barrier = "        __syncwarp();  // the strip is read out before the next one overwrites it\n"

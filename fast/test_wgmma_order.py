@@ -61,11 +61,11 @@ def test_every_mma_is_in_order():
 @needs_nvcc
 @pytest.mark.parametrize("name", HOPPER_BUGS)
 def test_each_hopper_bug(name, tmp_path):
-    planted_bugs.copy_with_bug(str(tmp_path / "copy"), name, planted_bugs.BUGS[name].edits)
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), name, planted_bugs.BUGS[name])
     problems = order_problems(str(tmp_path / "copy"))
     if planted_bugs.WGMMA_ORDER in planted_bugs.BUGS[name].caught_by:
-        # Named in every Hopper kernel (both versions share the stage's MMAs, each in
-        # both plans), by what the walk saw, not by a missing instruction.
+        # Named in every Hopper kernel (the bug is planted in both versions' files, each
+        # kernel in both plans), by what the walk saw, not by a missing instruction.
         assert len({problem.split(":")[0] for problem in problems}) == 4, problems
         assert not any("at all" in problem for problem in problems), problems
     else:

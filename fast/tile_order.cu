@@ -1,5 +1,5 @@
 // fast/tile_order.cu: how the persistent Hopper kernel's order of tiles was chosen.
-// Version 3 (fast/kernel.cu) walks the tiles in grouped order: down `group_rows` rows
+// Version 3 (fast/version3_persistent.cuh) walks the tiles in grouped order: down `group_rows` rows
 // of tiles, then across. The blocks running at one time then cover a region of C
 // about group_rows tiles high, and read its rows of A and its columns of B; the
 // group height decides how much of both stays in L2 between the blocks that share
@@ -24,7 +24,7 @@
 #include <random>
 #include <vector>
 
-#include "kernel.cu"  // fast/kernel.cu, which includes the lesson's kernel.cu first
+#include "launch_policy.cu"  // the three versions and the launcher that chooses
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
 #define CUDA_CHECK(call)                                                                 \
@@ -37,16 +37,20 @@
         }                                                                                \
     } while (0)
 
-using Launch = cudaError_t (*)(const tuned::GemmOperands&, cudaStream_t, int);
+using Launch = cudaError_t (*)(const tuned::FastGemmOperands&, cudaStream_t, int);
 
 template <class Plan>
-cudaError_t persistent(const tuned::GemmOperands& operands, cudaStream_t stream, int group_rows) {
-    return tuned::launchPersistentPlan<Plan>(operands, stream, group_rows);
+cudaError_t persistent(const tuned::FastGemmOperands& operands, cudaStream_t stream, int group_rows) {
+    tuned::DeviceFacts facts;
+    const cudaError_t status = tuned::currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    return tuned::version3::launchPersistentPlan<Plan>(operands, facts.multiprocessors, stream,
+                                                       group_rows);
 }
 
 template <class Plan>
-cudaError_t blockPerTile(const tuned::GemmOperands& operands, cudaStream_t stream, int) {
-    return tuned::launchHopperPlan<Plan>(operands, stream);
+cudaError_t blockPerTile(const tuned::FastGemmOperands& operands, cudaStream_t stream, int) {
+    return tuned::version2::launchHopperPlan<Plan>(operands, stream);
 }
 
 // Microseconds per launch of each (launcher, group height), timed in turn: 7 rounds,
@@ -58,7 +62,7 @@ struct Timed {
     int group_rows;
 };
 
-std::vector<float> microsecondsInTurn(const std::vector<Timed>& runs, const tuned::GemmOperands& operands) {
+std::vector<float> microsecondsInTurn(const std::vector<Timed>& runs, const tuned::FastGemmOperands& operands) {
     cudaEvent_t start, end;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&end));
@@ -110,7 +114,7 @@ int main() {
         std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
         for (auto& value : a) value = __float2half(normal(generator));
         for (auto& value : b) value = __float2half(normal(generator));
-        tuned::GemmOperands operands{};
+        tuned::FastGemmOperands operands{};
         half *device_a, *device_b;
         CUDA_CHECK(cudaMalloc(&device_a, a.size() * sizeof(half)));
         CUDA_CHECK(cudaMalloc(&device_b, b.size() * sizeof(half)));
@@ -132,7 +136,7 @@ int main() {
                                    wide ? blockPerTile<tuned::HopperWidePlan> : blockPerTile<tuned::HopperNarrowPlan>};
         const size_t count = static_cast<size_t>(m) * n;
         std::vector<float> expected(count), got(count);
-        CUDA_CHECK(launches[0](operands, 0, tuned::kPersistentGroupRows));
+        CUDA_CHECK(launches[0](operands, 0, tuned::version3::kPersistentGroupRows));
         CUDA_CHECK(cudaMemcpy(expected.data(), operands.c, count * sizeof(float), cudaMemcpyDeviceToHost));
 
         // Every order's bits, against the launcher's own order's.
@@ -142,18 +146,18 @@ int main() {
             CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float), cudaMemcpyDeviceToHost));
             const bool same = std::memcmp(got.data(), expected.data(), count * sizeof(float)) == 0;
             if (!same) printf("group height %d: FAIL (other bits than group height %d's)\n", group_rows,
-                              tuned::kPersistentGroupRows);
+                              tuned::version3::kPersistentGroupRows);
             all_same &= same;
         }
         std::vector<Timed> runs;
         for (int group_rows : group_heights) runs.push_back(Timed{launches[0], group_rows});
-        runs.push_back(Timed{launches[1], kGroupRows});
+        runs.push_back(Timed{launches[1], tuned::kGroupRows});
         const std::vector<float> times = microsecondsInTurn(runs, operands);
         char label[32];
         snprintf(label, sizeof(label), "%d x %d x %d", m, n, k);
         printf("%-22s %-26s", label, wide ? "version 3, 128 x 256" : "version 3, 128 x 128");
         for (size_t i = 0; i + 1 < runs.size(); ++i) printf("  %2d: %8.1f", runs[i].group_rows, times[i]);
-        printf("\n%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", kGroupRows, times.back());
+        printf("\n%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", tuned::kGroupRows, times.back());
         CUDA_CHECK(cudaFree(device_a));
         CUDA_CHECK(cudaFree(device_b));
         CUDA_CHECK(cudaFree(operands.c));

@@ -17,7 +17,8 @@ accesses are carried out in order. So the gate passes, and the code is still wro
 a later compiler or card need not keep the accident. compute-sanitizer's racecheck, which
 records every lane's accesses, does report it, on a GPU (checks/NOTES.md has the
 runs). This check needs no GPU, so CI runs it on every change. It reads the
-program: it compiles fast/kernel.cu to PTX and follows every path through each
+program: it compiles fast/launch_policy.cu (version 1's plans) and the lesson's
+kernel.cu, each to PTX, and follows every path through each
 wmmaGemmKernel's epilogue, from the __syncthreads() before its first store to
 shared memory to the kernel's end, branches and loops included, requiring a barrier
 wherever the accesses to shared memory can turn from writes to reads or from reads
@@ -136,15 +137,22 @@ def nvcc():
     return named if os.path.exists(named) else "nvcc"
 
 
+# The sources whose wmmaGemmKernels are walked: fast/'s launcher (which includes every
+# version) and the lesson's kernel, which stages its output the same way.
+SOURCES = [os.path.join("fast", "launch_policy.cu"), "kernel.cu"]
+
+
 def compiled_ptx(folder, architecture):
-    """The PTX of `folder`'s fast/kernel.cu (which includes the lesson's kernel.cu)
-    for compute_`architecture`, as text."""
+    """The PTX of `folder`'s SOURCES for compute_`architecture`, as one text."""
+    texts = []
     with tempfile.TemporaryDirectory(prefix="day87-ptx-") as scratch:
-        ptx_file = os.path.join(scratch, f"kernel_{architecture}.ptx")
-        subprocess.run([nvcc(), "-O3", "-ptx", f"-arch=compute_{architecture}", "-o", ptx_file,
-                        os.path.join(folder, "fast", "kernel.cu")], check=True)
-        with open(ptx_file) as file:
-            return file.read()
+        for index, source in enumerate(SOURCES):
+            ptx_file = os.path.join(scratch, f"source{index}_{architecture}.ptx")
+            subprocess.run([nvcc(), "-O3", "-ptx", f"-arch=compute_{architecture}", "-o",
+                            ptx_file, os.path.join(folder, source)], check=True)
+            with open(ptx_file) as file:
+                texts.append(file.read())
+    return "\n".join(texts)
 
 
 def missing_barriers(folder):

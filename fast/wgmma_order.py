@@ -21,8 +21,8 @@ in flight, would need the walk to count groups). It is laxer in one: it does not
 ordinary register accesses, so a fence counts for the next group whatever runs between
 them (the zeros written after it, a wait_group and the stores included). A fence is
 tracked apart from the groups, so a fence after a wait_group 1 opens the next group.
-This check compiles fast/kernel.cu to PTX for compute_90a (the only target where the
-kernels have a body) and follows every path through each Hopper kernel
+This check compiles fast/launch_policy.cu (every version) to PTX for compute_90a (the
+only target where the Hopper kernels have a body) and follows every path through each Hopper kernel
 (hopperGemmKernel and hopperPersistentKernel, each plan), branches and loops
 included, tracking which states each instruction can be reached in. Any MMA state
 error on any path is a problem. A kernel with no MMA, no fence, no

@@ -1,0 +1,157 @@
+"""same_kernels.py: whether fast/'s kernels compile to the code they compiled to at a commit.
+
+    python fast/same_kernels.py COMMIT                  (nvcc and git; no GPU)
+    python fast/same_kernels.py COMMIT --removed NAME   NAME (a kernel, as printed) is
+                                                        meant to be gone since COMMIT
+
+A change that only moves source (between files, into a namespace, across lines) must
+leave every kernel as it was. For sm_75, sm_80 and sm_90a this compiles the library's
+CUDA sources of COMMIT (`git archive`) and of the working tree, each to cubins as
+fast_op.py's build does (-O3, one cubin per source; the library's sources are
+fast/*.cu without a main()), and compares kernel by kernel:
+  - the SASS instructions: nvdisasm's count where nvdisasm is found (on PATH, in
+    $NVDISASM or in the toolkit: pip's nvidia-cuda-nvdisasm has one), else the size
+    of the kernel's .text section in 16-byte instructions, padding included;
+  - the registers ptxas gave it (ptxas -v);
+  - whether its .text section holds the same bytes.
+Kernels are matched by name and template arguments, namespaces dropped. The exit
+status is 1 where a count differs or a kernel is on one side only (but a --removed
+one, which must be gone); a difference in bytes alone is printed, not failed (a
+shared-memory offset or an address moves the bytes, not the instructions).
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+FAST = os.path.dirname(os.path.abspath(__file__))
+REPOSITORY = os.path.dirname(FAST)
+CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+NVCC = os.path.join(CUDA_HOME, "bin", "nvcc")
+ARCHITECTURES = ["sm_75", "sm_80", "sm_90a"]
+
+
+def nvdisasm():
+    candidates = [os.environ.get("NVDISASM"), shutil.which("nvdisasm"),
+                  os.path.join(CUDA_HOME, "bin", "nvdisasm")]
+    return next((path for path in candidates if path and os.path.exists(path)), None)
+
+
+def text_sections(cubin):
+    """{section name: (bytes)} of the cubin's .text.* sections (an ELF64 file)."""
+    with open(cubin, "rb") as file:
+        data = file.read()
+    section_table, = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(index):  # name offset, offset in the file, size
+        fields = struct.unpack_from("<IIQQQQIIQQ", data, section_table + index * entry_size)
+        return fields[0], fields[4], fields[5]
+
+    _, names_at, _ = header(names_index)
+    sections = {}
+    for index in range(count):
+        name_offset, offset, size = header(index)
+        name = data[names_at + name_offset:data.index(b"\0", names_at + name_offset)].decode()
+        if name.startswith(".text."):
+            sections[name[len(".text."):]] = data[offset:offset + size]
+    return sections
+
+
+def instruction_counts(cubin, disassembler):
+    """{mangled kernel name: SASS instructions}."""
+    if disassembler is None:
+        return {name: len(code) // 16 for name, code in text_sections(cubin).items()}
+    listing = subprocess.run([disassembler, cubin], capture_output=True, text=True, check=True).stdout
+    counts, current = {}, None
+    for line in listing.splitlines():
+        section = re.match(r"\s*\.text\.(\S+):", line)
+        if section:
+            current = section.group(1)
+            counts[current] = 0
+        elif current and re.match(r"\s*/\*[0-9a-f]{4,}\*/", line):
+            counts[current] += 1
+    return counts
+
+
+def readable(mangled):
+    """A kernel's name and template arguments, namespaces and parameters dropped."""
+    name = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip()
+    name = re.sub(r"^void ", "", name)
+    name = name[:name.rindex("(")] if name.endswith(")") else name
+    return re.sub(r"\b\w+::", "", name)
+
+
+def compile_folder(folder, architecture, scratch, disassembler):
+    """{kernel: (instructions, registers, .text bytes)} for one architecture."""
+    kernels = {}
+    sources = [path for path in sorted(glob.glob(os.path.join(folder, "fast", "*.cu")))
+               if not re.search(r"^int main\(", open(path).read(), re.MULTILINE)]
+    for source in sources:
+        cubin = os.path.join(scratch, f"{os.path.basename(source)}.{architecture}.cubin")
+        target = f"arch=compute_{architecture[3:]},code={architecture}"
+        result = subprocess.run([NVCC, "-O3", "-cubin", "-gencode", target, "-Xptxas", "-v",
+                                 "-o", cubin, source], capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"same_kernels: {source} did not compile for {architecture}:\n"
+                     f"{result.stderr[-2000:]}")
+        registers, entry = {}, None
+        for line in result.stderr.splitlines():
+            compiling = re.search(r"Compiling entry function '(\S+)'", line)
+            used = re.search(r"Used (\d+) registers", line)
+            if compiling:
+                entry = compiling.group(1)
+            elif used and entry:
+                registers[entry] = int(used.group(1))
+                entry = None
+        sections = text_sections(cubin)
+        for mangled, instructions in instruction_counts(cubin, disassembler).items():
+            kernels[readable(mangled)] = (instructions, registers.get(mangled), sections[mangled])
+    return kernels
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("commit", help="the commit whose kernels the working tree's must equal")
+    parser.add_argument("--removed", action="append", default=[], metavar="KERNEL",
+                        help="a kernel meant to be gone since the commit (repeatable)")
+    arguments = parser.parse_args()
+    commit = arguments.commit
+    disassembler = nvdisasm()
+    print(f"instructions counted by {disassembler or 'the .text sections (16 bytes each)'}; "
+          f"{subprocess.run([NVCC, '--version'], capture_output=True, text=True).stdout.split()[-1]}")
+    differences = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        baseline = os.path.join(scratch, "baseline")
+        os.makedirs(baseline)
+        archive = subprocess.run(["git", "-C", REPOSITORY, "archive", commit], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", baseline], input=archive, check=True)
+        for architecture in ARCHITECTURES:
+            then = compile_folder(baseline, architecture, scratch, disassembler)
+            now = compile_folder(REPOSITORY, architecture, scratch, disassembler)
+            print(f"\n{architecture}: {'kernel':<58}{commit:>18}{'now':>18}  same bytes")
+            for kernel in sorted(set(then) | set(now)):
+                before, after = then.get(kernel), now.get(kernel)
+                counts = [f"{side[0]} / {side[1]} reg" if side else "missing"
+                          for side in (before, after)]
+                same = before is not None and after is not None and before[:2] == after[:2]
+                removed = kernel in arguments.removed and after is None
+                differences += not (same or removed)
+                bytes_alike = "yes" if same and before[2] == after[2] else "no"
+                verdict = "" if same else "   removed, as meant" if removed else "   DIFFERS"
+                print(f"{' ' * len(architecture)}  {kernel:<58}{counts[0]:>18}{counts[1]:>18}  "
+                      f"{bytes_alike}{verdict}")
+    print(f"\nsame_kernels: {differences} kernel(s) differ" if differences else
+          "\nsame_kernels: every kernel has the same instruction count and registers")
+    sys.exit(1 if differences else 0)
+
+
+if __name__ == "__main__":
+    main()
