@@ -73,7 +73,8 @@ def autocast_path(grad, a, b):  # what fp16 autocast computes: grad arrives in F
 
 
 CANDIDATES = {"fp32 library (lesson)": fp32_library, "tf32, global flag": tf32_global,
-              "scaled fp16, cuBLAS": scaled_cublas, "scaled fp16, cuBLAS, fused casts": scaled_cublas_fused_casts,
+              "scaled fp16, cuBLAS": scaled_cublas,
+              "scaled fp16, cuBLAS, fused casts": scaled_cublas_fused_casts,
               "scaled fp16, own WMMA": scaled_wmma, "fp16 autocast path": autocast_path}
 
 
@@ -110,7 +111,8 @@ def main():
     a = torch.randn(m, k, device="cuda").half()
     b = torch.randn(k, n, device="cuda").half()
     print(f"\naccuracy at {m}x{k}x{n}, ||got - ref|| / ||ref|| against float64 (grad_a, grad_b)")
-    for regime, grad in (("randn", torch.randn(m, n, device="cuda")), ("1e-7..1e-5", small_gradients((m, n)))):
+    for regime, grad in (("randn", torch.randn(m, n, device="cuda")),
+                         ("1e-7..1e-5", small_gradients((m, n)))):
         reference = (grad.double() @ b.double().t(), a.double().t() @ grad.double())
         for name, candidate in CANDIDATES.items():
             got = candidate(grad, a, b)

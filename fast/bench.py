@@ -20,9 +20,10 @@ line per implementation of the same computation:
   compiling and autotuning done before it is timed. That mode is max-autotune's
   autotuning without its CUDA graphs: with them, the compiled function would replay
   a graph of its own inside the one that measures GPU time, and its wall and host
-  times would be a replay's, not a call's; so every line is timed the same way. For the forward it stays at
-  FP32 accuracy or says otherwise: where this torch cannot compile torch.mm's
-  out_dtype, the line names the form compiled instead, and its error shows it.
+  times would be a replay's, not a call's; so every line is timed the same way. For
+  the forward it stays at FP32 accuracy or says otherwise: where this torch cannot
+  compile torch.mm's out_dtype, the line names the form compiled instead, and its
+  error shows it.
 
 Each line has three times, microseconds per call (fast/timing.py measures them):
 wall, calls back to back and then one synchronize, divided by their count; host,
@@ -83,11 +84,13 @@ import torch  # noqa: E402
 if __name__ == "__main__":
     # Usage, and the answer on a machine without a GPU, before the imports below build
     # the extensions.
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--forward", action="store_true", help="table A")
     parser.add_argument("--step", action="store_true", help="tables B and C")
     parser.add_argument("--day88", action="store_true", help="table D")
-    parser.add_argument("--build-times", action="store_true", help="the builds' and imports' seconds alone")
+    parser.add_argument("--build-times", action="store_true",
+                        help="the builds' and imports' seconds alone")
     ARGUMENTS = parser.parse_args()
     if ARGUMENTS.build_times and (ARGUMENTS.forward or ARGUMENTS.step or ARGUMENTS.day88):
         parser.error("--build-times runs alone")
@@ -183,7 +186,8 @@ def forward_error(graded, reference, magnitude, terms):
         if not graded:
             return f"FP16, not graded; rel. {relative_error(output, reference):.1e}"
         ratio = ((output.double() - reference).abs() / bound).max().item()
-        return f"{ratio:.3f} of bound" + ("" if ratio <= 1 else ": FAIL, outside the bound")  # NaN fails too
+        return f"{ratio:.3f} of bound" + (
+            "" if ratio <= 1 else ": FAIL, outside the bound")  # NaN fails too
     return error
 
 
@@ -197,8 +201,10 @@ def gradient_error(grad, x, w):
 
     def error(gradients):
         dtypes = {str(gradient.dtype).replace("torch.", "") for gradient in gradients}
-        worst = max(relative_error(gradient, reference) for gradient, reference in zip(gradients, references))
-        return f"{'FP16' if dtypes == {'float16'} else '/'.join(sorted(dtypes))} grads, not graded; rel. {worst:.1e}"
+        worst = max(relative_error(gradient, reference)
+                    for gradient, reference in zip(gradients, references))
+        return (f"{'FP16' if dtypes == {'float16'} else '/'.join(sorted(dtypes))} grads, "
+                f"not graded; rel. {worst:.1e}")
     return error
 
 
@@ -207,7 +213,8 @@ def gradient_error(grad, x, w):
 # ---------------------------------------------------------------------------
 @dataclasses.dataclass
 class Line:
-    kind: str  # lesson, fast, cuBLAS, compiled or fp16; the first "cuBLAS" line is the GPU ratio's base
+    # lesson, fast, cuBLAS, compiled or fp16; the first "cuBLAS" line is the GPU ratio's base
+    kind: str
     label: str  # what is called
     call: object  # the call timed, its operands bound
     error: object  # the call's output -> what its error against float64 is
@@ -231,7 +238,8 @@ def fast_kernel(kernel):
 
 
 def runs_hopper_kernel():
-    """Whether this card runs fast/'s Hopper kernels (versions 2 and 3): forced, the operator refuses where it cannot."""
+    """Whether this card runs fast/'s Hopper kernels (versions 2 and 3): forced, the
+    operator refuses where it cannot."""
     a = torch.zeros(128, 16, device="cuda", dtype=torch.half)
     with fast_kernel("hopper"):
         try:
@@ -250,8 +258,9 @@ def print_block(shape, lines, calls, both_orders=False):
     for index, line in enumerate(lines):
         with fast_kernel(line.kernel):
             errors[index] = line.error(line.call())
-            timings[index] = [timing.Figures(timing.wall_microseconds(line.call, calls), timing.host_alone(line.call),
-                                             None) if both_orders else timing.measure(line.call, calls)]
+            timings[index] = [timing.Figures(timing.wall_microseconds(line.call, calls),
+                                             timing.host_alone(line.call), None)
+                              if both_orders else timing.measure(line.call, calls)]
     if both_orders:
         # Each line's graph is captured under its own DAY87_FAST_KERNEL (a graph keeps
         # the kernel it captured), then the graphs are replayed in turn.
@@ -260,7 +269,8 @@ def print_block(shape, lines, calls, both_orders=False):
                 with fast_kernel(line.kernel):
                     return line.call()
             return call
-        in_order, reversed_order = timing.graphs_in_turn([under_its_kernel(line) for line in lines], calls)
+        in_order, reversed_order = timing.graphs_in_turn(
+            [under_its_kernel(line) for line in lines], calls)
         for index in timings:
             timings[index] = [timings[index][0]._replace(gpu=in_order[index]),
                               timings[index][0]._replace(gpu=reversed_order[index])]
@@ -269,13 +279,15 @@ def print_block(shape, lines, calls, both_orders=False):
     gpu_heads = ["GPU us", "reversed"][:len(timings[cublas])]
     ratio_heads = ["GPU/cuBLAS", "reversed"][:len(timings[cublas])]
     print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH) + f"{'wall us':>10}{'host us':>10}"
-          + "".join(f"{head:>10}" for head in gpu_heads) + "".join(f"{head:>12}" for head in ratio_heads)
+          + "".join(f"{head:>10}" for head in gpu_heads)
+          + "".join(f"{head:>12}" for head in ratio_heads)
           + "  error vs float64")
     for index, line in enumerate(lines):
         first = timings[index][0]
         print(f"  {line.kind:<9}{line.label:<{LABEL_WIDTH}}{first.wall:>10.1f}{first.host:>10.1f}"
               + "".join(f"{figures.gpu:>10.2f}" for figures in timings[index])
-              + "".join(f"{figures.gpu / base:>12.2f}" for figures, base in zip(timings[index], bases))
+              + "".join(f"{figures.gpu / base:>12.2f}"
+                        for figures, base in zip(timings[index], bases))
               + f"  {errors[index]}")
     print(flush=True)
 
@@ -313,23 +325,26 @@ class Compiler:
         except Exception as error:  # dynamo's and inductor's own exception types vary by release
             message = str(error).strip()
             reason = f"{type(error).__name__}: {message.splitlines()[0] if message else ''}"[:150]
-            print(f"   compiled: {label} does not compile whole here; compiling {fallback_label} instead;\n"
+            print(f"   compiled: {label} does not compile whole here; "
+                  f"compiling {fallback_label} instead;\n"
                   f"     {reason}")
-            return self.first_call(fallback, lambda compiled: compiled(*arguments)), f"fallback {fallback_label}", True
+            return (self.first_call(fallback, lambda compiled: compiled(*arguments)),
+                    f"fallback {fallback_label}", True)
 
     def report(self):
-        print(f"   torch.compile's first calls (compiling, autotuning) for this table: {self.seconds:.0f} s\n",
-              flush=True)
+        print("   torch.compile's first calls (compiling, autotuning) for this table: "
+              f"{self.seconds:.0f} s\n", flush=True)
 
 
 def table_heading(title, *more):
     print(title)
-    print("   wall: calls back to back, then synchronize, / calls; host: one call alone, GPU idle before it "
-          "(median of 50);")
-    print("   GPU: the calls captured in one CUDA graph, replayed (median of 7), / calls; where a block has a "
-          "'reversed' column, the lines' graphs replayed in turn, in order and in reverse, each timed replay "
-          "right after an untimed one of its own;")
-    print(f"   compiled: torch.compile(mode={COMPILE_MODE!r}, dynamic=False, fullgraph=True), once per shape;")
+    print("   wall: calls back to back, then synchronize, / calls; host: one call alone, "
+          "GPU idle before it (median of 50);")
+    print("   GPU: the calls captured in one CUDA graph, replayed (median of 7), / calls; "
+          "where a block has a 'reversed' column, the lines' graphs replayed in turn, "
+          "in order and in reverse, each timed replay right after an untimed one of its own;")
+    print(f"   compiled: torch.compile(mode={COMPILE_MODE!r}, dynamic=False, fullgraph=True), "
+          "once per shape;")
     for line in more:
         print(f"   {line}")
     print()
@@ -358,8 +373,10 @@ def forward_table(base):
                  forward_error(True, reference, magnitude, k), "auto"),
             *[Line("fast", f"  DAY87_FAST_KERNEL={kernel}", lambda: fast_op.wmma_mm(a, b),
                    forward_error(True, reference, magnitude, k), kernel) for kernel in forced],
-            Line("cuBLAS", label, lambda: function(a, b), forward_error(graded, reference, magnitude, k)),
-            Line("compiled", peer_label, lambda: peer(a, b), forward_error(peer_graded, reference, magnitude, k)),
+            Line("cuBLAS", label, lambda: function(a, b),
+                 forward_error(graded, reference, magnitude, k)),
+            Line("compiled", peer_label, lambda: peer(a, b),
+                 forward_error(peer_graded, reference, magnitude, k)),
         ], timing.calls_for(m, n, k), both_orders=True)
     compiler.report()
 
@@ -367,18 +384,21 @@ def forward_table(base):
 def step_table():
     table_heading("B. one layer's training step, x (M x K) @ w (K x N) FP16, "
                   "torch.autograd.grad(forward(x, w), (x, w), grad)",
-                  "lesson and fast: an FP32 grad (their output is FP32); cuBLAS and compiled: x @ w in FP16, "
-                  "an FP16 grad;", "error: the gradients' against float64 from the same grad, x and w")
+                  "lesson and fast: an FP32 grad (their output is FP32); cuBLAS and compiled: "
+                  "x @ w in FP16, an FP16 grad;",
+                  "error: the gradients' against float64 from the same grad, x and w")
     compiler = Compiler()
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         grad16 = grad.half()
-        peer = compiler.first_call(fp16_forward, lambda compiled: training_step(compiled, x, w, grad16)())
+        peer = compiler.first_call(
+            fp16_forward, lambda compiled: training_step(compiled, x, w, grad16)())
         error, error16 = gradient_error(grad, x, w), gradient_error(grad16, x, w)
         print_block(f"M={m} K={k} N={n}", [
-            Line("lesson", "op.wmma_mm, op.py's FP32 backward", training_step(op.wmma_mm, x, w, grad), error),
-            Line("fast", "fast_op.wmma_mm, its tensor-core backward", training_step(fast_op.wmma_mm, x, w, grad),
-                 error),
+            Line("lesson", "op.wmma_mm, op.py's FP32 backward",
+                 training_step(op.wmma_mm, x, w, grad), error),
+            Line("fast", "fast_op.wmma_mm, its tensor-core backward",
+                 training_step(fast_op.wmma_mm, x, w, grad), error),
             Line("cuBLAS", "x @ w, FP16", training_step(fp16_forward, x, w, grad16), error16),
             Line("compiled", "x @ w, FP16", training_step(peer, x, w, grad16), error16),
         ], timing.calls_for(m, n, k))
@@ -386,8 +406,9 @@ def step_table():
 
 
 def backward_table():
-    table_heading("C. the backward alone: grad_x = grad @ w^T and grad_w = x^T @ grad, x (M x K) and w (K x N) "
-                  "FP16", "lesson and fast: an FP32 grad; cuBLAS and compiled: FP16; "
+    table_heading("C. the backward alone: grad_x = grad @ w^T and grad_w = x^T @ grad, "
+                  "x (M x K) and w (K x N) FP16",
+                  "lesson and fast: an FP32 grad; cuBLAS and compiled: FP16; "
                   "error: as in table B")
     compiler = Compiler()
     for m, k, n in timing.STEP_SIZES:
@@ -399,11 +420,14 @@ def backward_table():
         peer = compiler.first_call(fp16_products, lambda compiled: compiled(grad16, x, w))
         error, error16 = gradient_error(grad, x, w), gradient_error(grad16, x, w)
         print_block(f"M={m} K={k} N={n}", [
-            Line("lesson", "op._backward(ctx, grad): two FP32 matmuls", lambda: op._backward(context, grad), error),
+            Line("lesson", "op._backward(ctx, grad): two FP32 matmuls",
+                 lambda: op._backward(context, grad), error),
             Line("fast", "torch.ops.day87_fast.wmma_mm_backward(grad, x, w)",
                  lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error),
-            Line("cuBLAS", "grad @ w.t(), x.t() @ grad, FP16", lambda: fp16_products(grad16, x, w), error16),
-            Line("compiled", "grad @ w.t(), x.t() @ grad, FP16", lambda: peer(grad16, x, w), error16),
+            Line("cuBLAS", "grad @ w.t(), x.t() @ grad, FP16",
+                 lambda: fp16_products(grad16, x, w), error16),
+            Line("compiled", "grad @ w.t(), x.t() @ grad, FP16",
+                 lambda: peer(grad16, x, w), error16),
         ], timing.calls_for(m, n, k))
     compiler.report()
 
@@ -417,10 +441,10 @@ def day88_table(base):
     def fp32_product_bias(a, b, bias):
         return fp32_product(a, b) + bias
 
-    table_heading("D. day 88: the bias in the kernel's store or added after; a (M x K), b (K x N) FP16, "
-                  "bias (N) FP32",
-                  "error: the worst |c - float64| / ((K + 1) * 2^-23 * (|A| @ |B| + |bias|)), test_op.py's bound; "
-                  "FP16: rel., bias FP16 too")
+    table_heading("D. day 88: the bias in the kernel's store or added after; "
+                  "a (M x K), b (K x N) FP16, bias (N) FP32",
+                  "error: the worst |c - float64| / ((K + 1) * 2^-23 * (|A| @ |B| + |bias|)), "
+                  "test_op.py's bound; FP16: rel., bias FP16 too")
     compiler = Compiler()
     for m, k, n in DAY88_SIZES:
         torch.manual_seed(0)
@@ -429,14 +453,16 @@ def day88_table(base):
         bias = torch.randn(n, device="cuda")
         bias16 = bias.half()
         reference, magnitude = float64_product(a, b, bias)
-        peer, peer_label, peer_graded = compiler.forward(cublas_bias, f"{label} + bias", graded, fp32_product_bias,
-                                                         "a.float() @ b.float() + bias", (a, b, bias))
+        peer, peer_label, peer_graded = compiler.forward(
+            cublas_bias, f"{label} + bias", graded, fp32_product_bias,
+            "a.float() @ b.float() + bias", (a, b, bias))
         error = forward_error(True, reference, magnitude, k + 1)
         print_block(f"M={m} K={k} N={n}", [
-            Line("fast", "fast_op.wmma_mm_bias(a, b, bias): fused", lambda: fast_op.wmma_mm_bias(a, b, bias),
-                 error),
+            Line("fast", "fast_op.wmma_mm_bias(a, b, bias): fused",
+                 lambda: fast_op.wmma_mm_bias(a, b, bias), error),
             Line("lesson", "op.wmma_mm(a, b) + bias", lambda: op.wmma_mm(a, b) + bias, error),
-            Line("fast", "fast_op.wmma_mm(a, b) + bias", lambda: fast_op.wmma_mm(a, b) + bias, error),
+            Line("fast", "fast_op.wmma_mm(a, b) + bias", lambda: fast_op.wmma_mm(a, b) + bias,
+                 error),
             Line("cuBLAS", f"{label} + bias", lambda: cublas_bias(a, b, bias),
                  forward_error(graded, reference, magnitude, k + 1)),
             Line("compiled", peer_label, lambda: peer(a, b, bias),
@@ -449,8 +475,8 @@ def day88_table(base):
 
 def device_line():
     now = datetime.datetime.now(datetime.timezone.utc)
-    return (f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-            f"{now:%Y-%m-%d %H:%M:%S} UTC")
+    return (f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
+            f"CUDA {torch.version.cuda}, {now:%Y-%m-%d %H:%M:%S} UTC")
 
 
 def build_times():
@@ -458,23 +484,28 @@ def build_times():
     first), then the fast tier's alone; and warm import (median of 5 fresh processes)
     of torch, then the lesson's op, then fast_op."""
     path = f"import sys; sys.path[:0] = [{LESSON!r}, {FAST!r}]; import time; "
-    cold_probe = path + ("import torch; t0 = time.perf_counter(); import op; t1 = time.perf_counter(); "
+    cold_probe = path + ("import torch; t0 = time.perf_counter(); import op; "
+                         "t1 = time.perf_counter(); "
                          "import fast_op; t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
-    warm_probe = path + ("t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); import op; "
+    warm_probe = path + ("t0 = time.perf_counter(); import torch; "
+                         "t1 = time.perf_counter(); import op; "
                          "t2 = time.perf_counter(); import fast_op; t3 = time.perf_counter(); "
                          "print(t1 - t0, t2 - t1, t3 - t2)")
 
     def seconds(probe, environment):
-        return [float(part) for part in subprocess.run([sys.executable, "-c", probe], env=environment, check=True,
-                                                       capture_output=True, text=True).stdout.split()]
+        return [float(part) for part in subprocess.run(
+            [sys.executable, "-c", probe], env=environment, check=True,
+            capture_output=True, text=True).stdout.split()]
 
     with tempfile.TemporaryDirectory(prefix="day87-cold-") as cache:
         environment = dict(os.environ, TORCH_EXTENSIONS_DIR=cache)
         lesson_cold, fast_cold = seconds(cold_probe, environment)
         warm = [seconds(warm_probe, environment) for _ in range(5)]
-    torch_import, op_import, fast_import = (statistics.median(sample[i] for sample in warm) for i in range(3))
+    torch_import, op_import, fast_import = (statistics.median(sample[i] for sample in warm)
+                                            for i in range(3))
     if fast_op.BUILD["with_cuda"]:
-        print(f"cold build: the lesson's extension (architectures {fast_op.op.BUILD['archs']}) {lesson_cold:.1f} s, "
+        print("cold build: the lesson's extension "
+              f"(architectures {fast_op.op.BUILD['archs']}) {lesson_cold:.1f} s, "
               f"then the fast tier's ({fast_op.BUILD['archs']}) {fast_cold:.1f} s")
     else:
         print(f"cold build (the CPU part only): the lesson's extension {lesson_cold:.1f} s, "
@@ -487,7 +518,8 @@ def main(arguments):
     if arguments.build_times:
         return build_times()
     if not (op.BUILD["with_cuda"] and fast_op.BUILD["with_cuda"]):
-        print("bench.py needs the extensions' CUDA parts, and they were built without; nothing to measure here.")
+        print("bench.py needs the extensions' CUDA parts, and they were built without; "
+              "nothing to measure here.")
         return
     # Inductor reports each autotuning on stderr, a dozen lines a product, which
     # would bury the tables; the environment variable, where set, still rules.

@@ -74,7 +74,8 @@ struct HopperPlan {
     static constexpr int kMmasAcross = BlockN / 128;
     // The stages, then their 2 x Stages mbarriers, and 1 KB to align the first stage
     // to the 1024 bytes (eight 128-byte rows) that the swizzle pattern repeats over.
-    static constexpr int kSharedBytes = Stages * (kStageBytesA + kStageBytesB) + 2 * Stages * 8 + 1024;
+    static constexpr int kSharedBytes =
+        Stages * (kStageBytesA + kStageBytesB) + 2 * Stages * 8 + 1024;
 
     static_assert(BlockN % 128 == 0, "whole m64n128 MMAs across the tile");
     static_assert(kSharedBytes <= 227 * 1024, "an sm_90 block has at most 227 KB of shared memory");
@@ -95,17 +96,19 @@ __device__ __forceinline__ uint32_t sharedAddress(const void* pointer) {
 }
 
 __device__ __forceinline__ void initBarrier(uint64_t* barrier, int arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(barrier)), "r"(arrivals));
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(sharedAddress(barrier)),
+                 "r"(arrivals));
 }
 
 // One arrival, and the bytes that TMA will still deliver before this phase completes.
 __device__ __forceinline__ void arriveExpectingBytes(uint64_t* barrier, int bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sharedAddress(barrier)),
-                 "r"(bytes) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 ::"r"(sharedAddress(barrier)), "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ void arrive(uint64_t* barrier) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(barrier)) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(sharedAddress(barrier))
+                 : "memory");
 }
 
 // Wait until the barrier's phase of this parity has completed. A barrier starts in
@@ -128,8 +131,8 @@ __device__ __forceinline__ void waitBarrier(uint64_t* barrier, int parity) {
 // TMA: the box of `map` whose first element is (column, row), into shared memory at
 // `destination`, swizzled as the map says; its bytes count towards `barrier`. Elements
 // past the matrix's edge (K's last stage) arrive as zeros, and still count.
-__device__ __forceinline__ void copyBox(void* destination, const CUtensorMap* map, int column, int row,
-                                        uint64_t* barrier) {
+__device__ __forceinline__ void copyBox(void* destination, const CUtensorMap* map, int column,
+                                        int row, uint64_t* barrier) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(sharedAddress(destination)),
@@ -143,15 +146,20 @@ __device__ __forceinline__ void copyBox(void* destination, const CUtensorMap* ma
 // the swizzle (1 in bits 62-63: 128-byte). Every field is in units of 16 bytes.
 __device__ __forceinline__ uint64_t matrixDescriptor(uint32_t address, uint32_t leading_bytes,
                                                      uint32_t stride_bytes) {
-    return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | static_cast<uint64_t>(leading_bytes >> 4) << 16 |
+    return static_cast<uint64_t>((address & 0x3FFFF) >> 4) |
+           static_cast<uint64_t>(leading_bytes >> 4) << 16 |
            static_cast<uint64_t>(stride_bytes >> 4) << 32 | 1ull << 62;
 }
 
 // wgmma reads its accumulators' registers asynchronously. fence orders the
 // registers' earlier writes (the zeros) before the next MMAs; commit closes a group
 // of MMAs; wait<N> returns once at most N groups are still running.
-__device__ __forceinline__ void mmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void mmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void mmaFence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void mmaCommit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
 template <int Pending>
 __device__ __forceinline__ void mmaWait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
@@ -170,7 +178,8 @@ __device__ __forceinline__ void accumulatorsWrittenHere(float (&accumulators)[Co
 // in shared memory. The immediates: scale A and B by 1 (not -1); A not transposed
 // (K-major: K runs along its rows, as a's do); B transposed (its rows run along N,
 // as b's do: "MN-major"). The scale-d predicate is 1: D = A @ B + D.
-__device__ __forceinline__ void mma64x128x16(float (&d)[64], uint64_t a_descriptor, uint64_t b_descriptor) {
+__device__ __forceinline__ void mma64x128x16(float (&d)[64], uint64_t a_descriptor,
+                                             uint64_t b_descriptor) {
     asm volatile(
         "{\n .reg .pred accumulate;\n setp.ne.b32 accumulate, %66, 0;\n"
         " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
@@ -179,14 +188,16 @@ __device__ __forceinline__ void mma64x128x16(float (&d)[64], uint64_t a_descript
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
         "%64, %65, accumulate, 1, 1, 0, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
         : "l"(a_descriptor), "l"(b_descriptor), "r"(1));
 }
 
@@ -235,7 +246,8 @@ struct Ring {
 template <class Plan>
 __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned) {
     unsigned char* shared = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(shared_unaligned) + kSwizzleGroupBytes - 1) & ~uintptr_t{kSwizzleGroupBytes - 1});
+        (reinterpret_cast<uintptr_t>(shared_unaligned) + kSwizzleGroupBytes - 1) &
+        ~uintptr_t{kSwizzleGroupBytes - 1});
     Ring ring;
     ring.stages_a = shared;
     ring.stages_b = ring.stages_a + Plan::kStages * Plan::kStageBytesA;
@@ -261,12 +273,14 @@ struct TileCoordinates {
     int row, col;
 };
 
-__device__ __forceinline__ TileCoordinates groupedTile(int index, int tiles_m, int tiles_n, int group_rows) {
+__device__ __forceinline__ TileCoordinates groupedTile(int index, int tiles_m, int tiles_n,
+                                                       int group_rows) {
     const int tiles_per_group = group_rows * tiles_n;
     const int first_row = index / tiles_per_group * group_rows;
     const int rows_in_group = min(tiles_m - first_row, group_rows);
     const int index_in_group = index % tiles_per_group;
-    return TileCoordinates{first_row + index_in_group % rows_in_group, index_in_group / rows_in_group};
+    return TileCoordinates{first_row + index_in_group % rows_in_group,
+                           index_in_group / rows_in_group};
 }
 
 // ---- The tensor maps, built on the host --------------------------------------
@@ -278,12 +292,14 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
         void* function = nullptr;
         cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
 #if CUDART_VERSION >= 12050
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault, &found);
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                         cudaEnableDefault, &found);
 #else  // what runtimes before 12.5 have (deprecated from 13.0)
         cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &function, cudaEnableDefault, &found);
 #endif
-        return found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
-                                                    : nullptr;
+        return found == cudaDriverEntryPointSuccess
+                   ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function)
+                   : nullptr;
     }();
     return encoder;
 }
@@ -292,17 +308,19 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
 // 64 halves, 128-byte swizzled, zeros where a box sticks out past the edge. The
 // encoder only writes the 128-byte map on the host: it costs no stream operation,
 // and the map travels to the kernel by value, in its parameters.
-cudaError_t describeMatrix(CUtensorMap* map, const half* data, int rows, int columns, int box_rows) {
+cudaError_t describeMatrix(CUtensorMap* map, const half* data, int rows, int columns,
+                           int box_rows) {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
     if (encode == nullptr) return cudaErrorNotSupported;  // a driver older than CUDA 12
-    const cuuint64_t sizes[2] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows)};  // inner first
+    const cuuint64_t sizes[2] = {static_cast<cuuint64_t>(columns),
+                                 static_cast<cuuint64_t>(rows)};  // inner first
     const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(columns) * sizeof(half)};
     const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t element_strides[2] = {1, 1};
-    const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<half*>(data), sizes,
-                                   row_bytes, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const CUresult result =
+        encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, const_cast<half*>(data), sizes, row_bytes,
+               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 #endif  // CUDART_VERSION >= 12000

@@ -144,7 +144,8 @@ def library_header_folders(toolkit):
                          for name in os.listdir(root)})
     except ImportError:
         wheels = []
-    folders = [folder for folder in wheels if any(have(folder, header) for header in LIBRARY_HEADERS)]
+    folders = [folder for folder in wheels
+               if any(have(folder, header) for header in LIBRARY_HEADERS)]
     found = all(any(have(folder, header) for folder in folders) for header in LIBRARY_HEADERS)
     return folders if found else None
 
@@ -154,7 +155,8 @@ def _refuse_without_library_headers(toolkit):
     to install."""
     if toolkit and library_header_folders(toolkit) is None:
         raise RuntimeError(
-            f"day87: fast/binding.cpp needs cuBLAS's headers ({', '.join(LIBRARY_HEADERS)}, through "
+            "day87: fast/binding.cpp needs cuBLAS's headers "
+            f"({', '.join(LIBRARY_HEADERS)}, through "
             f"ATen/cuda/CUDAContext.h), and neither {toolkit['home']}/include nor torch's "
             "nvidia wheels have them all: this toolkit is a minimal one. Fix: install the full "
             f"CUDA {torch.version.cuda} toolkit and set CUDA_HOME to it"
@@ -186,7 +188,8 @@ def hopper_architectures(archs):
     for (the T4's 7.5+PTX, say): its code is what runs. CUDA 12 is the first with sm_90a;
     op.py builds only with an nvcc of torch's own CUDA major version."""
     names = [name.split("+")[0] for name in (archs or "").replace(" ", ";").split(";")]
-    if int((torch.version.cuda or "0").split(".")[0]) < 12 or HOPPER_ARCHITECTURE in names or "9.0" not in names:
+    if (int((torch.version.cuda or "0").split(".")[0]) < 12 or HOPPER_ARCHITECTURE in names
+            or "9.0" not in names):
         return ()  # no such target, a list that has it already, or no Hopper card to run it
     return (HOPPER_ARCHITECTURE,)
 

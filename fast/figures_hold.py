@@ -2,13 +2,15 @@
 beside an earlier commit's, on this machine, one right after the other, each in a
 process of its own.
 
-    python fast/figures_hold.py                              # against 30bd5dd, exported from this repository
+    python fast/figures_hold.py                              # against 30bd5dd, exported
+                                                             # from this repository
     python fast/figures_hold.py --baseline-commit COMMIT     # against another commit
     python fast/figures_hold.py --baseline-commit COMMIT --baseline-fast
                                                              # against that commit's fast/
                                                              # (and its lesson files)
-    python fast/figures_hold.py --baseline-folder DIR        # DIR: the commit's op.py, kernel.cu and
-                                                             # binding.cpp, exported beforehand
+    python fast/figures_hold.py --baseline-folder DIR        # DIR: the commit's op.py,
+                                                             # kernel.cu and binding.cpp,
+                                                             # exported beforehand
     python fast/figures_hold.py --child FOLDER MODULE        # one side's figures, one JSON line
 
 The rule (issue 34): the fast operator's GPU-time figures stay within 5% of
@@ -68,7 +70,8 @@ FAST = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(FAST)
 BASELINE_COMMIT = "30bd5dd"
 BASELINE_FILES = ("op.py", "kernel.cu", "binding.cpp")  # what 30bd5dd's op.py builds and loads
-BASELINE_FAST_FILES = (*BASELINE_FILES, "fast")  # a later commit's fast tier and the lesson it imports
+# a later commit's fast tier and the lesson it imports
+BASELINE_FAST_FILES = (*BASELINE_FILES, "fast")
 # Each side's module and the namespace of its operators: 30bd5dd's op.py served
 # day87 with the tensor-core backward; now fast_op.py serves day87_fast.
 NAMESPACES = {"op": "day87", "fast_op": "day87_fast"}
@@ -103,7 +106,8 @@ def child(folder, module_name):
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         figures[f"step M={m} K={k} N={n}"] = timing.measure(
-            lambda: torch.autograd.grad(operator.wmma_mm(x, w), (x, w), grad), timing.calls_for(m, n, k))
+            lambda: torch.autograd.grad(operator.wmma_mm(x, w), (x, w), grad),
+            timing.calls_for(m, n, k))
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         x16, w16 = x.detach(), w.detach()
@@ -111,7 +115,8 @@ def child(folder, module_name):
                                                                 timing.calls_for(m, n, k))
     print(CHILD_MARK + json.dumps({
         "operator": operator.__file__, "libraries": sorted(torch.ops.loaded_libraries),
-        "device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "cuda": torch.version.cuda,
         "figures": {name: value._asdict() for name, value in figures.items()}}), flush=True)
 
 
@@ -133,8 +138,9 @@ def export(repository, commit, folder, paths):
 
 def run_side(folder, module_name):
     """A child's figures; its stderr (a build's messages) passes through."""
-    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", folder, module_name],
-                            stdout=subprocess.PIPE, text=True)
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", folder, module_name],
+        stdout=subprocess.PIPE, text=True)
     lines = [line for line in result.stdout.splitlines() if line.startswith(CHILD_MARK)]
     if result.returncode != 0 or not lines:
         print(result.stdout)
@@ -146,7 +152,8 @@ def libraries_of(side, namespace):
     """The libraries a side loaded, or only those serving `namespace` (op.py's build
     folders are named NAMESPACE-HASH, fast_op.py's too, through the lesson's build)."""
     return [library for library in side["libraries"]
-            if namespace is None or os.path.basename(os.path.dirname(library)).startswith(namespace + "-")]
+            if namespace is None
+            or os.path.basename(os.path.dirname(library)).startswith(namespace + "-")]
 
 
 def verdict(ratios):
@@ -166,8 +173,9 @@ def report(label, pairs):
     for name in ("baseline", "now"):
         print(f"{label if name == 'baseline' else 'now'}: {pairs[0][name]['operator']}, libraries "
               + ", ".join(pairs[0][name]["libraries"]))
-    print("pair 1: the earlier commit first, then now; pair 2: now first. Microseconds per call; ratio: now / "
-          f"{label}; GPU times within {TOLERANCE - 1:.0%} hold\n")
+    print("pair 1: the earlier commit first, then now; pair 2: now first. "
+          f"Microseconds per call; ratio: now / {label}; "
+          f"GPU times within {TOLERANCE - 1:.0%} hold\n")
     pair_columns = f"{label:>10}{'now':>10}{'ratio':>8} |"
     print(f"{'figure':<30}{'time':<6}" + pair_columns * 2 + " verdict")
     failed = False
@@ -175,12 +183,14 @@ def report(label, pairs):
         for kind in ("gpu", "wall", "host"):
             cells, ratios = "", []
             for pair in pairs:
-                earlier, now = pair["baseline"]["figures"][figure][kind], pair["now"]["figures"][figure][kind]
+                earlier, now = (pair["baseline"]["figures"][figure][kind],
+                                pair["now"]["figures"][figure][kind])
                 ratios.append(now / earlier)
                 cells += f"{earlier:>10.2f}{now:>10.2f}{now / earlier:>8.3f} |"
             said, fails = verdict(ratios) if kind == "gpu" else ("reported", False)
             failed |= fails
-            print(f"{figure if kind == 'gpu' else '':<30}{kind if kind != 'gpu' else 'GPU':<6}{cells} {said}",
+            print(f"{figure if kind == 'gpu' else '':<30}"
+                  f"{kind if kind != 'gpu' else 'GPU':<6}{cells} {said}",
                   flush=True)
     return failed
 
@@ -195,9 +205,11 @@ def parent(arguments):
         if folder is None:
             folder = scratch
             export(arguments.repository, arguments.baseline_commit, folder, paths)
-        baseline = (os.path.join(folder, "fast"), "fast_op") if arguments.baseline_fast else (folder, "op")
+        baseline = ((os.path.join(folder, "fast"), "fast_op") if arguments.baseline_fast
+                    else (folder, "op"))
         if not os.path.exists(os.path.join(baseline[0], baseline[1] + ".py")):
-            stop(f"{baseline[0]} holds no {baseline[1]}.py; it needs {', '.join(paths)} at {arguments.baseline_commit}")
+            stop(f"{baseline[0]} holds no {baseline[1]}.py; "
+                 f"it needs {', '.join(paths)} at {arguments.baseline_commit}")
         sides = {"baseline": baseline, "now": (FAST, "fast_op")}
         pairs = []
         for order in (("baseline", "now"), ("now", "baseline")):
@@ -205,23 +217,29 @@ def parent(arguments):
     for pair in pairs:
         # Two fast tiers share the lesson's library; the operator timed must not be one.
         namespace = NAMESPACES["fast_op"] if arguments.baseline_fast else None
-        shared = set(libraries_of(pair["baseline"], namespace)) & set(libraries_of(pair["now"], namespace))
+        shared = (set(libraries_of(pair["baseline"], namespace))
+                  & set(libraries_of(pair["now"], namespace)))
         if shared:
             stop(f"both sides loaded {', '.join(sorted(shared))}: they are not two operators")
     return 1 if report(arguments.baseline_commit, pairs) else 0
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline-commit", default=BASELINE_COMMIT,
-                        help=f"the commit compared with (default {BASELINE_COMMIT}); with --baseline-folder, "
-                        "the commit that folder holds, named in the table")
-    parser.add_argument("--baseline-folder", help="a folder holding the commit's op.py, kernel.cu, binding.cpp "
+                        help=f"the commit compared with (default {BASELINE_COMMIT}); "
+                        "with --baseline-folder, the commit that folder holds, named in the table")
+    parser.add_argument("--baseline-folder",
+                        help="a folder holding the commit's op.py, kernel.cu, binding.cpp "
                         "(and fast/, with --baseline-fast)")
     parser.add_argument("--baseline-fast", action="store_true",
-                        help="compare with the commit's fast tier (its fast/ and lesson files), not its op.py")
-    parser.add_argument("--repository", default=REPOSITORY, help="where to export the commit from (git)")
-    parser.add_argument("--child", nargs=2, metavar=("FOLDER", "MODULE"), help="one side's figures (internal)")
+                        help="compare with the commit's fast tier (its fast/ and lesson files), "
+                        "not its op.py")
+    parser.add_argument("--repository", default=REPOSITORY,
+                        help="where to export the commit from (git)")
+    parser.add_argument("--child", nargs=2, metavar=("FOLDER", "MODULE"),
+                        help="one side's figures (internal)")
     arguments = parser.parse_args()
     if arguments.child:
         folder, module_name = arguments.child

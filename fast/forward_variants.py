@@ -139,9 +139,11 @@ def build(variants):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", help="only the variants whose names hold one of these")
-    parser.add_argument("--splits", action="store_true", help="the split-K table instead of the main one")
+    parser.add_argument("--splits", action="store_true",
+                        help="the split-K table instead of the main one")
     arguments = parser.parse_args()
     if not torch.cuda.is_available():  # said before anything builds
         print("forward_variants.py needs a GPU; nothing to measure here.")
@@ -179,8 +181,9 @@ def main():
     b = torch.randn(k, n, device="cuda", dtype=torch.half)
     header = f"{'variant':<34}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
     print(header + "".join(f"{'x'.join(map(str, shape)):>22}" for shape in SHAPES))
-    rows = [("cuBLAS", None, base)] + [(name, index, plan_call(index)) for index, name in enumerate(variants)
-                                       if "timing only" not in name]  # those are for the split table
+    rows = [("cuBLAS", None, base)] + [
+        (name, index, plan_call(index)) for index, name in enumerate(variants)
+        if "timing only" not in name]  # those are for the split table
     baseline_ms = {}
     unexpected = 0  # a variant that fails the check, or a "must fail" one that passes it
     for name, index, call in rows:
@@ -189,7 +192,8 @@ def main():
             line += f"{'':>22}"
         else:
             ratio = test_op.error_ratio(call(a, b), a, b)
-            line += f"{100 * ratio:>20.1f}% " if ratio <= 1 else f"{'FAIL ' + format(ratio, '.3g'):>22}"
+            line += (f"{100 * ratio:>20.1f}% " if ratio <= 1
+                     else f"{'FAIL ' + format(ratio, '.3g'):>22}")
             must_fail = "must fail" in name
             unexpected += (ratio <= 1) == must_fail
             if must_fail:  # a wrong kernel is not timed
@@ -214,14 +218,16 @@ def split_table(variants, plan_call, bench, timing, test_op):
     import fast_op
     cublas = bench.baseline()
     base, base_name = cublas.function, cublas.label
-    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; microseconds per call, "
+    print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}; "
+          "microseconds per call, "
           f"graph replays, operands in L2; fast_op.wmma_mm is the launcher's own choice")
     one = torch.zeros(1, device="cuda")
     print(f"the floor, a kernel that does next to nothing (a one-element add_): "
           f"{timing.graph_microseconds(lambda: one.add_(1)):.2f}")
     for index, name in enumerate(variants):
         print(f"\n{name}")
-        print(f"{'M x N x K':<18}{base_name:>24}{'fast_op.wmma_mm':>17}" + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
+        print(f"{'M x N x K':<18}{base_name:>24}{'fast_op.wmma_mm':>17}"
+              + "".join(f"{s:>8}" for s in SPLIT_COUNTS))
         for m, n, k in SPLIT_SHAPES:
             a = torch.randn(m, k, device="cuda", dtype=torch.half)
             b = torch.randn(k, n, device="cuda", dtype=torch.half)

@@ -21,7 +21,8 @@
 // block's poison. The Hopper kernels' stages start as NaN, their producer holds as
 // long before it first fills each stage, and each consumer a tenth of that before it
 // multiplies a stage:
-//   nvcc -O3 -arch=sm_80 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu && fast/gate_ordering
+//   nvcc -O3 -arch=sm_80 -DDAY87_ORDERING_BUILD -o fast/gate_ordering fast/gate.cu &&
+//     fast/gate_ordering
 //
 // It exits 0 when every shape is within its error bound, and 1 on a mismatch, on any
 // CUDA error, or where there is no CUDA device to run on. Exiting is right here, in a
@@ -125,10 +126,12 @@ void referenceGemm(const std::vector<half>& a, const std::vector<half>& b,
 // How a check launches: a plan directly, K in `splits` runs (0 for a Hopper plan,
 // which never splits K), or the launcher, which chooses both. The operands travel as
 // fast/common.cuh's FastGemmOperands, so an operand added there changes nothing here.
-using Launcher = cudaError_t (*)(const tuned::FastGemmOperands&, int splits, float* workspace, cudaStream_t);
+using Launcher = cudaError_t (*)(const tuned::FastGemmOperands&, int splits, float* workspace,
+                                 cudaStream_t);
 
 // The launcher that fast/binding.cpp calls, with its arguments taken from the operands.
-cudaError_t launchChosen(const tuned::FastGemmOperands& operands, int, float* workspace, cudaStream_t stream) {
+cudaError_t launchChosen(const tuned::FastGemmOperands& operands, int, float* workspace,
+                         cudaStream_t stream) {
     return tuned::launchFastGemm(operands.a, operands.b, operands.bias, operands.c, operands.m,
                                  operands.n, operands.k, workspace, stream);
 }
@@ -167,7 +170,8 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     CUDA_CHECK(cudaMalloc(&device_c, static_cast<size_t>(m) * n * sizeof(float)));
     if (with_bias) {
         CUDA_CHECK(cudaMalloc(&device_bias, bias.size() * sizeof(float)));
-        CUDA_CHECK(cudaMemcpy(device_bias, bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(device_bias, bias.data(), bias.size() * sizeof(float),
+                              cudaMemcpyHostToDevice));
     }
     if (workspace_bytes) CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
     // And the workspace: a partial sum read before it was written is NaN.
@@ -190,7 +194,8 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
         CUDA_CHECK(cudaMemset(device_c, 0xFF, c.size() * sizeof(float)));
         CUDA_CHECK(launch(operands, splits, workspace, /*stream=*/0));
         CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
-        CUDA_CHECK(cudaMemcpy(result->data(), device_c, c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(result->data(), device_c, c.size() * sizeof(float),
+                              cudaMemcpyDeviceToHost));
     }
     const bool same_bits = std::memcmp(c.data(), again.data(), c.size() * sizeof(float)) == 0;
     CUDA_CHECK(cudaFree(device_a));
@@ -215,13 +220,16 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     const bool pass = finite && worst <= 1.0 && same_bits;
     char name[64];
     if (launch == launchChosen || splits == 0)
-        snprintf(name, sizeof(name), "%s%s%s", launcher_name, with_bias ? ", bias" : "", extremes ? ", FP16 edges" : "");
-    else
-        snprintf(name, sizeof(name), "%s, %d split(s)%s%s", launcher_name, splits, with_bias ? ", bias" : "",
+        snprintf(name, sizeof(name), "%s%s%s", launcher_name, with_bias ? ", bias" : "",
                  extremes ? ", FP16 edges" : "");
+    else
+        snprintf(name, sizeof(name), "%s, %d split(s)%s%s", launcher_name, splits,
+                 with_bias ? ", bias" : "", extremes ? ", FP16 edges" : "");
     printf("%-48s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
-           !finite ? "FAIL (NaN or unwritten output)" : !same_bits ? "FAIL (a second run gave other bits)"
-           : pass  ? "pass" : "FAIL");
+           !finite      ? "FAIL (NaN or unwritten output)"
+           : !same_bits ? "FAIL (a second run gave other bits)"
+           : pass       ? "pass"
+                        : "FAIL");
     return pass;
 }
 
@@ -249,10 +257,11 @@ bool checkPlan(const char* name, std::mt19937& generator) {
     pass &= checkShape(name, launch, 1, 3 * Plan::kBlockM, Plan::kBlockN, 16, generator);
     pass &= checkShape(name, launch, 2, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 4096, generator);
     for (int splits : {2, 4})
-        pass &= checkShape(name, launch, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272, generator);
+        pass &= checkShape(name, launch, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
+                           generator);
     for (int splits : {1, 2})
-        pass &= checkShape(name, launch, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272, generator,
-                           /*with_bias=*/true);
+        pass &= checkShape(name, launch, splits, 2 * Plan::kBlockM, 3 * Plan::kBlockN, 272,
+                           generator, /*with_bias=*/true);
     return pass;
 }
 
@@ -260,12 +269,14 @@ bool checkPlan(const char* name, std::mt19937& generator) {
 // A Hopper plan directly, on version 2 (a block per tile) or version 3 (persistent),
 // as their launchers take it (neither splits K).
 template <class Plan>
-cudaError_t launchHopper(const tuned::FastGemmOperands& operands, int, float*, cudaStream_t stream) {
+cudaError_t launchHopper(const tuned::FastGemmOperands& operands, int, float*,
+                         cudaStream_t stream) {
     return tuned::version2::launchHopperPlan<Plan>(operands, stream);
 }
 
 template <class Plan>
-cudaError_t launchPersistent(const tuned::FastGemmOperands& operands, int, float*, cudaStream_t stream) {
+cudaError_t launchPersistent(const tuned::FastGemmOperands& operands, int, float*,
+                             cudaStream_t stream) {
     tuned::DeviceFacts facts;
     const cudaError_t status = tuned::currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
@@ -290,7 +301,8 @@ bool checkHopperPlan(const char* name, Launcher launch, std::mt19937& generator)
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator);
     pass &= checkShape(name, launch, 0, 2 * kM, kN, 4096, generator);
     pass &= checkShape(name, launch, 0, 4096, 1536, 336, generator);
-    for (int k : {48, 272}) pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
+    for (int k : {48, 272})
+        pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, false, /*extremes=*/true);
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, true, /*extremes=*/true);
     return pass;
@@ -309,23 +321,30 @@ bool checkHopperPlan(const char* name, Launcher launch, std::mt19937& generator)
 // values. The partial maxima's workspace starts as 2^100 in every float (NaN would
 // not do: fmaxf drops a NaN), so a cast that reads a partial maximum before it is
 // written derives a scale 2^-80 too small and casts zeros.
-bool checkScale(const char* name, int rows, int cols, int64_t row_stride, int64_t col_stride, int largest_row,
-                int largest_col, std::mt19937& generator) {
+bool checkScale(const char* name, int rows, int cols, int64_t row_stride, int64_t col_stride,
+                int largest_row, int largest_col, std::mt19937& generator) {
     if (rows > size_limit || cols > size_limit) return true;  // left out of this run
     const size_t count = static_cast<size_t>(rows) * cols;
-    const size_t extent = (rows - 1) * row_stride + (cols - 1) * col_stride + 1;  // the buffer grad lies in
+    const size_t extent =
+        (rows - 1) * row_stride + (cols - 1) * col_stride + 1;  // the buffer grad lies in
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::uniform_real_distribution<float> decades(-6.0f, 0.0f);
-    std::vector<float> buffer(extent, std::ldexp(1.0f, 22));  // what no element overwrites is padding
-    auto element = [&](int row, int col) -> float& { return buffer[row * row_stride + col * col_stride]; };
+    // what no element overwrites is padding
+    std::vector<float> buffer(extent, std::ldexp(1.0f, 22));
+    auto element = [&](int row, int col) -> float& {
+        return buffer[row * row_stride + col * col_stride];
+    };
     for (int row = 0; row < rows; ++row)
-        for (int col = 0; col < cols; ++col) element(row, col) = normal(generator) * std::pow(10.0f, decades(generator));
-    element(largest_row, largest_col) = -std::ldexp(1.0f, 20);  // a negative largest: |value| is what counts
+        for (int col = 0; col < cols; ++col)
+            element(row, col) = normal(generator) * std::pow(10.0f, decades(generator));
+    // a negative largest: |value| is what counts
+    element(largest_row, largest_col) = -std::ldexp(1.0f, 20);
 
     // The CPU's arithmetic, as fast/scale_to_half.cu's comment states it.
     float largest = 0.0f;
     for (int row = 0; row < rows; ++row)
-        for (int col = 0; col < cols; ++col) largest = std::fmax(largest, std::fabs(element(row, col)));
+        for (int col = 0; col < cols; ++col)
+            largest = std::fmax(largest, std::fabs(element(row, col)));
     int exponent;
     std::frexp(largest, &exponent);
     const int biased = std::min(std::max(142 - exponent, 1), 253);
@@ -337,16 +356,20 @@ bool checkScale(const char* name, int rows, int cols, int64_t row_stride, int64_
     CUDA_CHECK(cudaMalloc(&device_scaled, count * sizeof(half)));
     CUDA_CHECK(cudaMalloc(&workspace, tuned::kMaxHelperBlocks * sizeof(float)));
     CUDA_CHECK(cudaMalloc(&alpha_and_beta, 2 * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(device_grad, buffer.data(), extent * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(device_grad, buffer.data(), extent * sizeof(float),
+                          cudaMemcpyHostToDevice));
     const std::vector<float> poison(tuned::kMaxHelperBlocks, std::ldexp(1.0f, 100));
-    CUDA_CHECK(cudaMemcpy(workspace, poison.data(), poison.size() * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemset(device_scaled, 0xFF, count * sizeof(half)));  // NaN: an unwritten FP16 fails
-    CUDA_CHECK(tuned::launchScaleToHalf(device_grad, rows, cols, row_stride, col_stride, device_scaled,
-                                        alpha_and_beta, workspace, /*stream=*/0));
+    CUDA_CHECK(cudaMemcpy(workspace, poison.data(), poison.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    // NaN: an unwritten FP16 fails
+    CUDA_CHECK(cudaMemset(device_scaled, 0xFF, count * sizeof(half)));
+    CUDA_CHECK(tuned::launchScaleToHalf(device_grad, rows, cols, row_stride, col_stride,
+                                        device_scaled, alpha_and_beta, workspace, /*stream=*/0));
     CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<half> scaled(count);
     float factors[2];
-    CUDA_CHECK(cudaMemcpy(scaled.data(), device_scaled, count * sizeof(half), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(scaled.data(), device_scaled, count * sizeof(half),
+                          cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(factors, alpha_and_beta, sizeof(factors), cudaMemcpyDeviceToHost));
     for (void* pointer : {static_cast<void*>(device_grad), static_cast<void*>(device_scaled),
                           static_cast<void*>(workspace), static_cast<void*>(alpha_and_beta)})
@@ -357,13 +380,15 @@ bool checkScale(const char* name, int rows, int cols, int64_t row_stride, int64_
         for (int col = 0; col < cols; ++col) {
             const half expected = __float2half_rn(element(row, col) * scale);
             unsigned short got_bits, expected_bits;
-            std::memcpy(&got_bits, &scaled[static_cast<size_t>(row) * cols + col], sizeof(got_bits));
+            std::memcpy(&got_bits, &scaled[static_cast<size_t>(row) * cols + col],
+                        sizeof(got_bits));
             std::memcpy(&expected_bits, &expected, sizeof(expected_bits));
             wrong += got_bits != expected_bits;
         }
     const bool pass = wrong == 0 && factors[0] == unscale && factors[1] == 0.0f;
-    printf("scale: %-30s %5d x %5d   %zu of %zu FP16s differ, unscale %s   %s\n", name, rows, cols, wrong, count,
-           factors[0] == unscale && factors[1] == 0.0f ? "exact" : "WRONG", pass ? "pass" : "FAIL");
+    printf("scale: %-30s %5d x %5d   %zu of %zu FP16s differ, unscale %s   %s\n", name, rows, cols,
+           wrong, count, factors[0] == unscale && factors[1] == 0.0f ? "exact" : "WRONG",
+           pass ? "pass" : "FAIL");
     return pass;
 }
 
@@ -395,12 +420,14 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
 #ifdef DAY87_ORDERING_BUILD
-    const char* build = ", ordering build (results held before they are written, Hopper stages poisoned)";
+    const char* build =
+        ", ordering build (results held before they are written, Hopper stages poisoned)";
 #else
     const char* build = "";
 #endif
     printf("gate: %s, sm_%d%d, %d SMs%s%s%s\n", properties.name, properties.major, properties.minor,
-           properties.multiProcessorCount, build, size_limit < INT_MAX ? ", shapes up to 512 only" : "",
+           properties.multiProcessorCount, build,
+           size_limit < INT_MAX ? ", shapes up to 512 only" : "",
            hopper_only ? ", the Hopper plans only" : "");
     std::mt19937 generator(87);
     bool all_pass = true;
@@ -413,10 +440,10 @@ int main(int argc, char** argv) {
     CUDA_CHECK(tuned::currentDeviceFacts(&facts));
 #if CUDART_VERSION >= 12000
     if (facts.hopper) {
-        all_pass &= checkHopperPlan<tuned::HopperWidePlan>("HopperWidePlan", launchHopper<tuned::HopperWidePlan>,
-                                                           generator);
-        all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>("HopperNarrowPlan",
-                                                             launchHopper<tuned::HopperNarrowPlan>, generator);
+        all_pass &= checkHopperPlan<tuned::HopperWidePlan>(
+            "HopperWidePlan", launchHopper<tuned::HopperWidePlan>, generator);
+        all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>(
+            "HopperNarrowPlan", launchHopper<tuned::HopperNarrowPlan>, generator);
         all_pass &= checkHopperPlan<tuned::HopperWidePlan>(
             "HopperWidePlan, persistent", launchPersistent<tuned::HopperWidePlan>, generator);
         all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>(
@@ -429,18 +456,22 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaMalloc(&matrix, 512 * 384 * sizeof(half)));
         const auto start = std::chrono::steady_clock::now();
         for (int call = 0; call < kCalls; ++call) {
-            CUDA_CHECK(tuned::describeMatrix(&map_a, matrix, 256, 384, tuned::HopperWidePlan::kBlockM));
-            CUDA_CHECK(tuned::describeMatrix(&map_b, matrix, 384, 512, tuned::HopperWidePlan::kBlockK));
+            CUDA_CHECK(tuned::describeMatrix(&map_a, matrix, 256, 384,
+                                             tuned::HopperWidePlan::kBlockM));
+            CUDA_CHECK(tuned::describeMatrix(&map_b, matrix, 384, 512,
+                                             tuned::HopperWidePlan::kBlockK));
         }
-        const std::chrono::duration<double, std::micro> spent = std::chrono::steady_clock::now() - start;
-        printf("tensor maps: %.3f us of host time per call (A's and B's, 256 x 512 x 384; mean of %d)\n",
+        const std::chrono::duration<double, std::micro> spent =
+            std::chrono::steady_clock::now() - start;
+        printf("tensor maps: %.3f us of host time per call (A's and B's, 256 x 512 x 384; "
+               "mean of %d)\n",
                spent.count() / kCalls, kCalls);
         CUDA_CHECK(cudaFree(matrix));
     }
 #endif
     if (!facts.hopper)
-        printf("Hopper plans: not run, this device runs no sm_90a code (a card of capability 9.0 and "
-               "-gencode=arch=compute_90a,code=sm_90a run them)\n");
+        printf("Hopper plans: not run, this device runs no sm_90a code (a card of capability "
+               "9.0 and -gencode=arch=compute_90a,code=sm_90a run them)\n");
 
     if (hopper_only) {
         all_pass &= facts.hopper;  // nothing checked is no pass
@@ -454,27 +485,30 @@ int main(int argc, char** argv) {
     // the bias, or zeros, whichever kernel DAY87_FAST_KERNEL forces). Each line says
     // what the launcher chose.
     const int shapes[][3] = {{256, 512, 384}, {512, 1024, 128}, {128, 256, 48}, {128, 128, 16},
-                             {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024}, {2048, 2048, 256},
-                             {4096, 2048, 128}, {256, 512, 0}};
+                             {1280, 384, 272}, {128, 256, 640}, {1024, 1024, 1024},
+                             {2048, 2048, 256}, {4096, 2048, 128}, {256, 512, 0}};
     for (const auto& shape : shapes) {
         tuned::LaunchChoice choice;
         CUDA_CHECK(tuned::chooseLaunch(shape[0], shape[1], shape[2], &choice));
         char name[64];
-        const char* plan = choice.plan == tuned::PlanChoice::kTuring             ? "Turing"
-                           : choice.plan == tuned::PlanChoice::kSmallGrid        ? "SmallGrid"
-                           : choice.plan == tuned::PlanChoice::kHopperWide       ? "HopperWide"
-                           : choice.plan == tuned::PlanChoice::kHopperNarrow     ? "HopperNarrow"
-                           : choice.plan == tuned::PlanChoice::kPersistentWide   ? "HopperWide, persistent"
-                           : choice.plan == tuned::PlanChoice::kPersistentNarrow ? "HopperNarrow, persistent"
-                                                                                 : "Square";
+        const char* plan =
+            choice.plan == tuned::PlanChoice::kTuring             ? "Turing"
+            : choice.plan == tuned::PlanChoice::kSmallGrid        ? "SmallGrid"
+            : choice.plan == tuned::PlanChoice::kHopperWide       ? "HopperWide"
+            : choice.plan == tuned::PlanChoice::kHopperNarrow     ? "HopperNarrow"
+            : choice.plan == tuned::PlanChoice::kPersistentWide   ? "HopperWide, persistent"
+            : choice.plan == tuned::PlanChoice::kPersistentNarrow ? "HopperNarrow, persistent"
+                                                                  : "Square";
         const bool hopper = choice.plan != tuned::PlanChoice::kTuring &&
-                            choice.plan != tuned::PlanChoice::kSmallGrid && choice.plan != tuned::PlanChoice::kSquare;
+                            choice.plan != tuned::PlanChoice::kSmallGrid &&
+                            choice.plan != tuned::PlanChoice::kSquare;
         if (hopper)  // the Hopper kernels never split K
             snprintf(name, sizeof(name), "launcher: %s", plan);
         else
             snprintf(name, sizeof(name), "launcher: %s, %d split(s)", plan, choice.splits);
         for (bool with_bias : {false, true})
-            all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator, with_bias);
+            all_pass &= checkShape(name, launchChosen, 0, shape[0], shape[1], shape[2], generator,
+                                   with_bias);
     }
 
     // The launcher must refuse a shape the tile does not divide, not run it.

@@ -36,8 +36,14 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75 | hopper | hopper-tables) [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; } ;;
-    *) echo "usage: bash fast/gpu_check.sh gate|bench|forward|compute75|hopper|hopper-tables OUT" >&2; exit 2 ;;
+    gate | bench | forward | compute75 | hopper | hopper-tables)
+        [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; }
+        ;;
+    *)
+        echo "usage: bash fast/gpu_check.sh" \
+            "gate|bench|forward|compute75|hopper|hopper-tables OUT" >&2
+        exit 2
+        ;;
 esac
 cd "$(dirname "$0")/.."   # the lesson's folder, where fast/ is
 mkdir -p "$out"
@@ -69,7 +75,8 @@ with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) a
     torch.cuda.synchronize()
 names = sorted({event.name for event in profile.events() if "wmmaGemmKernel" in event.name})
 print("kernels run:", names)
-assert any(os.environ["EXPECTED_PLAN"] in name for name in names), "expected " + os.environ["EXPECTED_PLAN"]'
+assert any(os.environ["EXPECTED_PLAN"] in name for name in names), '
+plan_run+='"expected " + os.environ["EXPECTED_PLAN"]'
 
 # The operators through torch, for compute-sanitizer: the forward (K split on a large
 # card), the forward with a bias, both backwards, and a K of 48 (a tail stage).
@@ -81,7 +88,8 @@ b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
 bias = torch.randn(512, device="cuda", requires_grad=True)
 fast_op.wmma_mm(a, b).sum().backward()
 fast_op.wmma_mm_bias(a, b, bias).sum().backward()
-fast_op.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), torch.randn(48, 256, dtype=torch.half, device="cuda"))
+fast_op.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), '
+driver+='torch.randn(48, 256, dtype=torch.half, device="cuda"))
 torch.cuda.synchronize()
 print("driver: wmma_mm and wmma_mm_bias, forward and backward, done")'
 
@@ -90,12 +98,13 @@ step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --f
 
 if [ "$part" = gate ]; then
     arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
-    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" -o "$out/gate" fast/gate.cu
+    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" \
+        -o "$out/gate" fast/gate.cu
     step gate "$out/gate"
     # The ordering build: every split holds before writing its partial sums, and the
     # scale's block 0 before writing its largest magnitude (fast/gate.cu says why).
-    step gate-ordering-build nvcc -O3 -gencode "arch=compute_$arch,code=sm_$arch" -DDAY87_ORDERING_BUILD \
-        -o "$out/gate_ordering" fast/gate.cu
+    step gate-ordering-build nvcc -O3 -gencode "arch=compute_$arch,code=sm_$arch" \
+        -DDAY87_ORDERING_BUILD -o "$out/gate_ordering" fast/gate.cu
     step gate-ordering "$out/gate_ordering"
     for tool in memcheck racecheck synccheck initcheck; do
         step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate"
@@ -103,7 +112,8 @@ if [ "$part" = gate ]; then
     # memcheck only: initcheck reports every element of the backward's two cuBLAS
     # products as an uninitialized read, while each of those elements is checked
     # right against float64 (checks/NOTES.md, 2026-11-30).
-    step sanitize-torch-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step sanitize-torch-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -c "$driver"
     # The epilogue's warp barriers, read from the PTX: no run can see a missing one.
     step warp-barriers python3 fast/warp_barriers.py
     step planted-bugs python3 fast/planted_bugs.py
@@ -121,7 +131,9 @@ smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
 smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio \
-        python3 -c "import sys; sys.path.insert(0, 'fast'); import torch, fast_op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); fast_op.wmma_mm(a, a); torch.cuda.synchronize()"
+        python3 -c "import sys; sys.path.insert(0, 'fast'); import torch, fast_op; \
+a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); \
+fast_op.wmma_mm(a, a); torch.cuda.synchronize()"
 fi
 
 if [ "$part" = bench ]; then
@@ -131,11 +143,13 @@ fi
 if [ "$part" = forward ]; then
     step gate-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$out/gate" fast/gate.cu
     step gate "$out/gate"
-    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 -o "$out/gate75" fast/gate.cu
+    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 \
+        -o "$out/gate75" fast/gate.cu
     step gate-compute75 "$out/gate75"
     # The registers each plan takes in a T4's machine code: the occupancy arithmetic
     # in checks/NOTES.md starts from these.
-    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/kernel75.cubin fast/launch_policy.cu &&
+    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 \
+-o $out/kernel75.cubin fast/launch_policy.cu &&
         cuobjdump --dump-resource-usage $out/kernel75.cubin; rm -f $out/kernel75.cubin"
     step forward-variants python3 fast/forward_variants.py
 fi
@@ -143,23 +157,29 @@ fi
 if [ "$part" = compute75 ]; then
     # The T4's code path: compute_75 PTX, which the driver compiles for this card at
     # load. __CUDA_ARCH__ is 750 in it: synchronous copies, no cp.async, TuringPlan.
-    step gate-compute75-build nvcc -O3 -lineinfo -gencode arch=compute_75,code=compute_75 -o "$out/gate75" fast/gate.cu
+    step gate-compute75-build nvcc -O3 -lineinfo -gencode arch=compute_75,code=compute_75 \
+        -o "$out/gate75" fast/gate.cu
     step gate-compute75 "$out/gate75"
     for tool in memcheck racecheck synccheck initcheck; do
-        step "sanitize-gate-compute75-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate75"
+        step "sanitize-gate-compute75-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$out/gate75"
     done
     export TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75"
     step table-compute75 python3 fast/test_fast.py
-    step sanitize-torch-compute75-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 python3 -c "$driver"
-    step compute75-contents bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87_fast-*/day87_fast_ext.so"
-    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 64, 64, 16, 2>" python3 -c "$plan_run"
+    step sanitize-torch-compute75-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -c "$driver"
+    step compute75-contents \
+        bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87_fast-*/day87_fast_ext.so"
+    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 64, 64, 16, 2>" \
+        python3 -c "$plan_run"
     step compute75-variants python3 fast/forward_variants.py Plan
     unset TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR
     rm -rf "$out"/cache75
 fi
 
 if [ "$part" = hopper ]; then
-    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a -o "$out/gate" fast/gate.cu
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/gate" fast/gate.cu
     step gate "$out/gate"
     step gate-hopper-forced env DAY87_FAST_KERNEL=hopper "$out/gate"
     step gate-persistent-forced env DAY87_FAST_KERNEL=persistent "$out/gate"
@@ -167,11 +187,13 @@ if [ "$part" = hopper ]; then
         -o "$out/gate_ordering" fast/gate.cu
     step gate-ordering "$out/gate_ordering"
     for tool in memcheck synccheck; do
-        step "sanitize-gate-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate" --small
+        step "sanitize-gate-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$out/gate" --small
     done
     step wgmma-order python3 fast/wgmma_order.py
     step planted-bugs-hopper python3 fast/planted_bugs.py hopper
-    step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$out/tile_order" fast/tile_order.cu
+    step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/tile_order" fast/tile_order.cu
     step tile-order "$out/tile_order"
 fi
 
@@ -183,11 +205,13 @@ if [ "$part" = hopper-tables ]; then
     unset TORCH_CUDA_ARCH_LIST
     step table-persistent env DAY87_FAST_KERNEL=persistent python3 fast/test_fast.py
     step table-hopper env DAY87_FAST_KERNEL=hopper python3 fast/test_fast.py
-    step library-sass bash -c "cuobjdump --list-elf --list-ptx $out/cache-hopper/day87_fast-*/day87_fast_ext.so &&
-        echo \"HGMMA instructions: \$(cuobjdump --dump-sass $out/cache-hopper/day87_fast-*/day87_fast_ext.so | grep -c HGMMA)\""
+    library="$out/cache-hopper/day87_fast-*/day87_fast_ext.so"
+    step library-sass bash -c "cuobjdump --list-elf --list-ptx $library &&
+        echo \"HGMMA instructions: \$(cuobjdump --dump-sass $library | grep -c HGMMA)\""
     step table-auto python3 fast/test_fast.py
     step table-wmma env DAY87_FAST_KERNEL=wmma python3 fast/test_fast.py
-    step table-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" python3 fast/test_fast.py
+    step table-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" \
+        python3 fast/test_fast.py
     step switch-refused python3 -c "import os, sys
 sys.path.insert(0, 'fast')
 import torch, fast_op

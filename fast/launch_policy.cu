@@ -75,9 +75,11 @@ __global__ void hopperCodeProbe() {
 cudaError_t runsHopperCode(int device, bool* hopper) {
     int major, minor;
     cudaError_t status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (status == cudaSuccess) status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (status == cudaSuccess)
+        status = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
     *hopper = false;
-    if (status != cudaSuccess || major != 9 || minor != 0 || tensorMapEncoder() == nullptr) return status;
+    if (status != cudaSuccess || major != 9 || minor != 0 || tensorMapEncoder() == nullptr)
+        return status;
     cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
     if ((status = cudaThreadExchangeStreamCaptureMode(&mode)) != cudaSuccess) return status;
     cudaStream_t stream;
@@ -87,7 +89,8 @@ cudaError_t runsHopperCode(int device, bool* hopper) {
         hopperCodeProbe<<<1, 1, 0, stream>>>();
         status = cudaGetLastError();
         if (status == cudaSuccess)
-            status = cudaMemcpyFromSymbolAsync(&ran, hopper_code_ran, sizeof(int), 0, cudaMemcpyDeviceToHost, stream);
+            status = cudaMemcpyFromSymbolAsync(&ran, hopper_code_ran, sizeof(int), 0,
+                                               cudaMemcpyDeviceToHost, stream);
         const cudaError_t synchronized = cudaStreamSynchronize(stream);
         if (status == cudaSuccess) status = synchronized;
         cudaStreamDestroy(stream);
@@ -112,7 +115,8 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
     DeviceFacts& cached = device < kDevicesRemembered ? remembered[device] : asked;
     if (!cached.known) {
         cudaFuncAttributes compiled;
-        if ((status = cudaFuncGetAttributes(&compiled, version1::splitSumKernel)) != cudaSuccess) return status;
+        if ((status = cudaFuncGetAttributes(&compiled, version1::splitSumKernel)) != cudaSuccess)
+            return status;
         int multiprocessors;
         status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
         if (status != cudaSuccess) return status;
@@ -121,7 +125,8 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
         if ((status = runsHopperCode(device, &hopper)) != cudaSuccess) return status;
 #endif
         cached = DeviceFacts{true, compiled.ptxVersion < 80,
-                             compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, hopper, multiprocessors};
+                             compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, hopper,
+                             multiprocessors};
     }
     *facts = cached;
     return cudaSuccess;
@@ -135,7 +140,8 @@ enum class KernelSwitch { kAuto, kPersistent, kHopper, kWmma, kUnknown };
 
 KernelSwitch kernelSwitch() {
     const char* value = std::getenv("DAY87_FAST_KERNEL");
-    if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto")) return KernelSwitch::kAuto;
+    if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto"))
+        return KernelSwitch::kAuto;
     if (!std::strcmp(value, "persistent")) return KernelSwitch::kPersistent;
     if (!std::strcmp(value, "hopper")) return KernelSwitch::kHopper;
     if (!std::strcmp(value, "wmma")) return KernelSwitch::kWmma;
@@ -149,19 +155,23 @@ std::string kernelSwitchProblem() {
     const KernelSwitch wanted = kernelSwitch();
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (wanted == KernelSwitch::kUnknown)
-        return std::string("DAY87_FAST_KERNEL must be persistent, hopper, wmma or auto; got '") + value + "'";
+        return std::string("DAY87_FAST_KERNEL must be persistent, hopper, wmma or auto; got '") +
+               value + "'";
     DeviceFacts facts;
-    const bool hopper_kernel = wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
+    const bool hopper_kernel =
+        wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
     if (!hopper_kernel || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper) return "";
     return std::string("DAY87_FAST_KERNEL=") + value +
-           ", and this device does not run the Hopper kernels: they run only on a card of capability 9.0, from "
-           "code built for sm_90a with CUDA 12 or newer (fast_op.py adds that target where such a card is "
-           "visible, or none is)";
+           ", and this device does not run the Hopper kernels: they run only on a card of "
+           "capability 9.0, from code built for sm_90a with CUDA 12 or newer (fast_op.py adds "
+           "that target where such a card is visible, or none is)";
 }
 
 // Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
 // for the launcher and for the workspace size that binding.cpp allocates.
-enum class PlanChoice { kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow, kPersistentWide, kPersistentNarrow };
+enum class PlanChoice {
+    kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow, kPersistentWide, kPersistentNarrow
+};
 
 struct LaunchChoice {
     PlanChoice plan;
@@ -196,20 +206,24 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     const cudaError_t status = currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
     const KernelSwitch wanted = kernelSwitch();
-    const bool forced_hopper = wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
+    const bool forced_hopper =
+        wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
     if (wanted == KernelSwitch::kUnknown || (forced_hopper && !facts.hopper))
         return cudaErrorInvalidValue;  // kernelSwitchProblem says why
     const int large_tiles = (m / kTileM) * (n / kTileN);
 #if CUDART_VERSION >= 12000
     if (facts.hopper && wanted != KernelSwitch::kWmma && k > 0 &&
         (forced_hopper || large_tiles >= facts.multiprocessors)) {
-        const auto waves = [&](int tiles) { return (tiles + facts.multiprocessors - 1) / facts.multiprocessors; };
+        const auto waves = [&](int tiles) {
+            return (tiles + facts.multiprocessors - 1) / facts.multiprocessors;
+        };
         const bool wide = n % HopperWidePlan::kBlockN == 0 &&
                           (forced_hopper || 2 * waves(large_tiles / 2) <= waves(large_tiles));
         if (wanted == KernelSwitch::kHopper)
             *choice = LaunchChoice{wide ? PlanChoice::kHopperWide : PlanChoice::kHopperNarrow, 1};
         else
-            *choice = LaunchChoice{wide ? PlanChoice::kPersistentWide : PlanChoice::kPersistentNarrow, 1};
+            *choice =
+                LaunchChoice{wide ? PlanChoice::kPersistentWide : PlanChoice::kPersistentNarrow, 1};
         return cudaSuccess;
     }
 #endif
@@ -217,13 +231,17 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
                    : large_tiles < facts.multiprocessors ? PlanChoice::kSmallGrid
                                                          : PlanChoice::kSquare;
     const bool small = choice->plan == PlanChoice::kSmallGrid;
-    const int tiles = small ? (m / version1::SmallGridPlan::kBlockM) * (n / version1::SmallGridPlan::kBlockN) : large_tiles;
+    const int tiles =
+        small ? (m / version1::SmallGridPlan::kBlockM) * (n / version1::SmallGridPlan::kBlockN)
+              : large_tiles;
     const int stage_depth = facts.turing ? version1::TuringPlan::kBlockK
                             : small      ? version1::SmallGridPlan::kBlockK
                                          : version1::SquarePlan::kBlockK;
     const int k_tiles = (k + stage_depth - 1) / stage_depth;
-    const int wanted_splits = tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
-    choice->splits = std::max(1, std::min({wanted_splits, k_tiles / kMinStagesPerSplit, version1::kMaxSplits}));
+    const int wanted_splits =
+        tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
+    choice->splits =
+        std::max(1, std::min({wanted_splits, k_tiles / kMinStagesPerSplit, version1::kMaxSplits}));
     return cudaSuccess;
 }
 
@@ -232,7 +250,8 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
 size_t fastGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
     LaunchChoice choice{PlanChoice::kSquare, 1};
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX ||
-        chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &choice) != cudaSuccess)
+        chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                     &choice) != cudaSuccess)
         return 0;  // the launch then fails with the same error, and says so
     return choice.splits > 1 ? choice.splits * m * n * sizeof(float) : 0;
 }
@@ -240,7 +259,8 @@ size_t fastGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
 // The plan chosen for these operands, on `stream`. It checks the shape rules again,
 // because a caller that skipped them would read and write out of bounds; it answers
 // cudaErrorInvalidValue instead.
-cudaError_t launchChosenPlan(const FastGemmOperands& operands, float* workspace, cudaStream_t stream) {
+cudaError_t launchChosenPlan(const FastGemmOperands& operands, float* workspace,
+                             cudaStream_t stream) {
     if (operands.m < 0 || operands.n < 0 || operands.k < 0 || operands.m % kTileM != 0 ||
         operands.n % kTileN != 0 || operands.k % kTileK != 0)
         return cudaErrorInvalidValue;

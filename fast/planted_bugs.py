@@ -21,9 +21,10 @@ The Hopper part plants its bugs in the Hopper kernels' pipeline (versions 2 and 
 each hold the same producer, consumers and epilogue, so a bug there is planted in
 both files; one bug is in common.cuh's descriptors, one is version 3's own) and runs,
 on every copy, the gate and the ordering gate built for sm_90a with --hopper (its
-plans alone, on both versions; the ordering build starts every stage as NaN, holds the producer before each
-stage's first fill and each consumer before it multiplies a stage), and
-fast/wgmma_order.py, which reads the PTX for fenced, committed and waited-for MMAs.
+plans alone, on both versions; the ordering build starts every stage as NaN, holds
+the producer before each stage's first fill and each consumer before it multiplies a
+stage), and fast/wgmma_order.py, which reads the PTX for fenced, committed and
+waited-for MMAs.
 In that part a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
 barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs
 there as a control, on the copy with no bug and on the consumer that does not wait,
@@ -49,7 +50,8 @@ sys.path.insert(0, FAST)
 from warp_barriers import missing_barriers, nvcc  # noqa: E402
 from wgmma_order import order_problems  # noqa: E402
 
-GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = "gate", "ordering gate", "warp barriers", "racecheck"
+GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = (
+    "gate", "ordering gate", "warp barriers", "racecheck")
 WGMMA_ORDER = "wgmma_order.py"
 # The Hopper part's time limits: its gates (the Hopper plans alone) run in about 10 s,
 # and racecheck at shapes up to 512 in well under a minute. Version 1's part has none:
@@ -59,7 +61,7 @@ HOPPER_RACECHECK_LIMIT_S = 60
 
 
 class Bug(NamedTuple):
-    files: tuple  # the files in fast/ that every edit is made in
+    files: tuple  # the files (from the repository's top) that every edit is made in
     edits: list  # (old text, new text)
     caught_by: tuple  # the checks that must fail on it; the others must pass
     # Checks that may catch it or not, by timing: the ordering build exists because
@@ -70,15 +72,17 @@ class Bug(NamedTuple):
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
-VERSION1, SCALE, COMMON = ("version1_wmma.cuh",), ("scale_to_half.cu",), ("common.cuh",)
-VERSION3 = ("version3_persistent.cuh",)
-HOPPER_PIPELINES = ("version2_hopper.cuh", "version3_persistent.cuh")  # the same in both
+VERSION1, SCALE = ("fast/version1_wmma.cuh",), ("fast/scale_to_half.cu",)
+COMMON, VERSION3 = ("fast/common.cuh",), ("fast/version3_persistent.cuh",)
+# Versions 2 and 3 hold the same producer, consumers and epilogue: a bug there is in both.
+HOPPER_PIPELINES = ("fast/version2_hopper.cuh", "fast/version3_persistent.cuh")
 
 
 BUGS = {
     "no bug (the copy as it is)": Bug((), [], ()),
     "the last split's partial sum dropped": Bug(
-        VERSION1, [("for (int split = 1; split < splits; ++split)", "for (int split = 1; split < splits - 1; ++split)")],
+        VERSION1, [("for (int split = 1; split < splits; ++split)",
+                    "for (int split = 1; split < splits - 1; ++split)")],
         (GATE, ORDERING_GATE)),
     "the first split's partial sum added twice": Bug(
         VERSION1, [("        float4 sum = *reinterpret_cast<const float4*>(partials + i);\n",
@@ -86,7 +90,8 @@ BUGS = {
           "        sum = make_float4(2 * sum.x, 2 * sum.y, 2 * sum.z, 2 * sum.w);\n")],
         (GATE, ORDERING_GATE)),
     "the early-launched reduction does not wait": Bug(
-        VERSION1, [("    waitForPrerequisites();  // the multiply's partial sums are all written\n", "")],
+        VERSION1, [("    waitForPrerequisites();  // the multiply's partial sums are all written\n",
+                    "")],
         (GATE, ORDERING_GATE), sm_90_only=True),
     "the reduction's first load issued before its wait": Bug(
         VERSION1, [("""    waitForPrerequisites();  // the multiply's partial sums are all written
@@ -97,17 +102,21 @@ BUGS = {
 """, """    const size_t outputs = static_cast<size_t>(operands.m) * operands.n;
     const size_t first = 4 * (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x);
     const float4 first_sum =
-        first < outputs ? *reinterpret_cast<const float4*>(partials + first) : make_float4(0, 0, 0, 0);
+        first < outputs ? *reinterpret_cast<const float4*>(partials + first)
+                        : make_float4(0, 0, 0, 0);
     waitForPrerequisites();  // the multiply's partial sums are all written
     for (size_t i = first; i < outputs; i += 4 * static_cast<size_t>(gridDim.x) * blockDim.x) {
         float4 sum = i == first ? first_sum : *reinterpret_cast<const float4*>(partials + i);
 """)],
         (ORDERING_GATE,), by_timing=(GATE,), sm_90_only=True),
     "the scale's cast does not wait at the grid barrier": Bug(
-        SCALE, [("    cooperative::this_grid().sync();\n", "")], (ORDERING_GATE,), by_timing=(GATE,)),
+        SCALE, [("    cooperative::this_grid().sync();\n", "")],
+        (ORDERING_GATE,), by_timing=(GATE,)),
     "the epilogue (the bias) applied per split": Bug(
-        VERSION1, [("""            else  // one split's sums, in its own slice; splitSumKernel stores the total
-                *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
+        VERSION1, [("""\
+            else  // one split's sums, in its own slice; splitSumKernel stores the total
+                *reinterpret_cast<float4*>(partials +
+                                           (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
                                            first_c_col + col) = value;""",
           """            else {
                 FastGemmOperands slice = operands;
@@ -117,16 +126,19 @@ BUGS = {
         (GATE, ORDERING_GATE)),
     # torch.cat([c1, c2], dim=1) hands c1 a gradient of row stride N1 + N2.
     "the scale reads a gradient with padded rows as dense": Bug(
-        SCALE, [("col_stride == 1 && row_stride == cols &&", "col_stride == 1 && row_stride >= cols &&")],
+        SCALE, [("col_stride == 1 && row_stride == cols &&",
+                 "col_stride == 1 && row_stride >= cols &&")],
         (GATE, ORDERING_GATE)),
     # No gate's output shows these two (fast/warp_barriers.py says why), so the gates
     # must pass on them, and a gate that does see one is reported. racecheck, which
     # watches every lane's shared-memory accesses, and the PTX walk must fail.
     "the strip is overwritten before it is read out": Bug(
-        VERSION1, [("        __syncwarp();  // the strip is read out before the next one overwrites it\n", "")],
+        VERSION1, [("        __syncwarp();  // the strip is read out before the next one "
+                    "overwrites it\n", "")],
         (RACECHECK, WARP_BARRIERS)),
     "the strip is read out before it is stored": Bug(
-        VERSION1, [("                                    wmma::mem_row_major);\n        __syncwarp();\n",
+        VERSION1, [("                                    wmma::mem_row_major);\n"
+                    "        __syncwarp();\n",
           "                                    wmma::mem_row_major);\n")],
         (RACECHECK, WARP_BARRIERS)),
     # The Hopper kernels'. The first three, the bias and the last two fail a gate on
@@ -135,10 +147,12 @@ BUGS = {
     # failure, in the ordering build; the three MMA-order bugs between are what no run
     # is sure to show, so the gates may catch them or not, and the PTX must.
     "a consumer does not wait for TMA to fill its stage": Bug(
-        HOPPER_PIPELINES, [("        waitBarrier(&ring.full[stage], pass & 1);  // TMA has written the whole stage\n", "")],
+        HOPPER_PIPELINES, [("        waitBarrier(&ring.full[stage], pass & 1);"
+                            "  // TMA has written the whole stage\n", "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True, racecheck_control=True),
     "the producer does not wait for the consumers to empty a stage": Bug(
-        HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
+        HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);"
+                            "  // the consumers' last use of it is over\n",
           "")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
     "the descriptors' swizzle (64-byte) differs from the tensor maps' (128-byte)": Bug(
@@ -149,7 +163,8 @@ BUGS = {
         HOPPER_PIPELINES, [("        mmaFence();\n", "        if (k_tile == 0) mmaFence();\n")],
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "wgmma.wait_group before wgmma.commit_group": Bug(
-        HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();", "        mmaWait<0>();\n        mmaCommit();")],
+        HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();",
+                            "        mmaWait<0>();\n        mmaCommit();")],
         (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
     "a stage handed back before its MMAs are waited for": Bug(
         HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();", "        mmaCommit();\n"
@@ -159,8 +174,9 @@ BUGS = {
     "the bias added at every stage of K": Bug(
         HOPPER_PIPELINES, [("                          : make_float2(0.0f, 0.0f);\n",
           "                          : make_float2(0.0f, 0.0f);\n"
-          "        for (int j = 0; j < 16; ++j) bias[j] = make_float2((operands.k + 63) / 64 * bias[j].x,\n"
-          "                                                           (operands.k + 63) / 64 * bias[j].y);\n")],
+          "        for (int j = 0; j < 16; ++j)\n"
+          "            bias[j] = make_float2((operands.k + 63) / 64 * bias[j].x,\n"
+          "                                  (operands.k + 63) / 64 * bias[j].y);\n")],
         (GATE, ORDERING_GATE), hopper=True),
     # Two more. The producer waits for the stage before the one it refills: for the
     # use kStages + 1 positions back to be over, not kStages, so it may overwrite a
@@ -169,12 +185,14 @@ BUGS = {
     # early (in the producer and the consumers alike, so nothing hangs: the tile is
     # simply never written, and C keeps the gate's NaN there).
     "the producer runs a stage ahead of its barrier": Bug(
-        HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over\n",
+        HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);"
+                            "  // the consumers' last use of it is over\n",
           "        waitBarrier(&ring.empty[(position + Plan::kStages - 1) % Plan::kStages],\n"
           "                    ((position - 1) / Plan::kStages & 1) ^ 1);\n")],
         (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
     "the persistent loop skips each block's last tile": Bug(
-        VERSION3, [("index < tiles; index += gridDim.x", "index + gridDim.x < tiles; index += gridDim.x")],
+        VERSION3, [("index < tiles; index += gridDim.x",
+                    "index + gridDim.x < tiles; index += gridDim.x")],
         (GATE, ORDERING_GATE), hopper=True),
 }
 
@@ -187,15 +205,15 @@ GATES = {GATE: ("gate", []), ORDERING_GATE: ("gate_ordering", ["-DDAY87_ORDERING
 
 def copy_with_bug(folder, name, bug):
     """The repository (its work tree, not its history) copied into `folder`, with the
-    bug's files in fast/ edited."""
+    bug's files edited."""
     shutil.copytree(REPOSITORY, folder, ignore=shutil.ignore_patterns(".git", "__pycache__"))
     for file_name in bug.files:
-        path = os.path.join(folder, "fast", file_name)
+        path = os.path.join(folder, file_name)
         with open(path) as file:
             text = file.read()
         for old, new in bug.edits:
             if old not in text:
-                sys.exit(f"planted_bugs: fast/{file_name} no longer has the text that '{name}' "
+                sys.exit(f"planted_bugs: {file_name} no longer has the text that '{name}' "
                          f"edits: {old.strip().splitlines()[0]!r}")
             text = text.replace(old, new)
         with open(path, "w") as file:
@@ -205,9 +223,11 @@ def copy_with_bug(folder, name, bug):
 def verdict(bug, check, failed, reached):
     """What a check's result on a bug means, and whether it was the expected one."""
     if not reached:
-        return ("passes: below sm_90 it is not reached", True) if not failed else ("fails: NOT AS EXPECTED", False)
+        return (("passes: below sm_90 it is not reached", True) if not failed
+                else ("fails: NOT AS EXPECTED", False))
     if check in bug.by_timing:
-        return ("fails: caught" if failed else f"passes: timing decides here; {' and '.join(bug.caught_by)} "
+        return ("fails: caught" if failed
+                else f"passes: timing decides here; {' and '.join(bug.caught_by)} "
                 "must catch it"), True
     expected = check in bug.caught_by
     if failed == expected:
@@ -222,8 +242,8 @@ def run_limited(command, folder, limit_s):
     gate is its child); and since Ctrl-C then reaches this script alone, an
     interrupted run kills the group before it stops, leaving no gate spinning on
     the GPU."""
-    process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(command, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
     try:
         stdout, stderr = process.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
@@ -242,13 +262,15 @@ def run_racecheck(folder, arguments=(), limit_s=None):
     reported a hazard, its summary line), or (None, why) where it gave no summary. A
     hazard, not the exit status, is what counts: the status is also 1 where the gate
     itself fails or the tool cannot start."""
-    racecheck = run_limited(["compute-sanitizer", "--tool", "racecheck", "./gate", *arguments], folder, limit_s)
+    racecheck = run_limited(["compute-sanitizer", "--tool", "racecheck", "./gate", *arguments],
+                            folder, limit_s)
     if racecheck is None:
         return None, f"no racecheck summary: still running after {limit_s} s, killed"
-    summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)",
-                        racecheck.stdout)
+    summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed "
+                        r"\((\d+) errors?, (\d+) warnings?\)", racecheck.stdout)
     if not summary:
-        return None, f"no racecheck summary (exit {racecheck.returncode}): {racecheck.stdout.strip()[-200:]}"
+        return None, (f"no racecheck summary (exit {racecheck.returncode}): "
+                      f"{racecheck.stdout.strip()[-200:]}")
     return sum(int(count) for count in summary.groups()) > 0, summary.group(0)
 
 
@@ -259,7 +281,8 @@ def run_gate(folder, program, arguments, limit_s):
     if gate is None:
         return True, f"still running after {limit_s} s: killed"
     failing = [line.strip() for line in gate.stdout.splitlines() if "FAIL" in line]
-    return gate.returncode != 0, f"{len(failing)} failing lines" + (f", e.g. {failing[0]}" if failing else "")
+    return (gate.returncode != 0,
+            f"{len(failing)} failing lines" + (f", e.g. {failing[0]}" if failing else ""))
 
 
 def main(part):
@@ -268,8 +291,9 @@ def main(part):
     major, minor = torch.cuda.get_device_capability()
     hopper = part == "hopper"
     if hopper and (major, minor) != (9, 0):
-        sys.exit(f"planted_bugs.py hopper needs a card of capability 9.0 (this one: {major}.{minor}), "
-                 "where the Hopper kernels run; nothing was checked.")
+        sys.exit("planted_bugs.py hopper needs a card of capability 9.0 "
+                 f"(this one: {major}.{minor}), where the Hopper kernels run; "
+                 "nothing was checked.")
     # The Hopper part's gates hold sm_90a code (the only code with the kernels' bodies)
     # and check its plans alone; version 1's, the card's own architecture, everything.
     architecture = "90a" if hopper else f"{major}{minor}"
@@ -283,7 +307,8 @@ def main(part):
             copy_with_bug(folders[name], name, bug)
             for check, (program, flags) in GATES.items():
                 builds[name, check] = subprocess.Popen(
-                    [nvcc(), "-O3", "-gencode", f"arch=compute_{architecture},code=sm_{architecture}", *flags,
+                    [nvcc(), "-O3", "-gencode",
+                     f"arch=compute_{architecture},code=sm_{architecture}", *flags,
                      "-o", program, os.path.join("fast", "gate.cu")], cwd=folders[name])
         unexpected = 0
         for name, bug in bugs.items():  # the PTX is read while the gates build
@@ -291,28 +316,35 @@ def main(part):
             # check -> (whether it failed, what it said); None where it could not run,
             # which is never a catch: a planted edit that breaks the build proves nothing.
             results = {}
-            static_check, read_ptx = (WGMMA_ORDER, order_problems) if hopper else (WARP_BARRIERS, missing_barriers)
+            static_check, read_ptx = ((WGMMA_ORDER, order_problems) if hopper
+                                      else (WARP_BARRIERS, missing_barriers))
             try:
                 problems = read_ptx(folders[name])
-                results[static_check] = (bool(problems), problems[0].splitlines()[0] if problems else "")
+                results[static_check] = (bool(problems),
+                                         problems[0].splitlines()[0] if problems else "")
             except subprocess.CalledProcessError as error:
-                results[static_check] = (None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
+                results[static_check] = (
+                    None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
             for check, (program, _) in GATES.items():
                 if builds[name, check].wait() != 0:
                     results[check] = (None, f"the {program} did not build")
                     continue
                 results[check] = run_gate(folders[name], program, gate_arguments, gate_limit_s)
-            if (RACECHECK in bug.caught_by or not bug.edits) and not hopper and results[GATE][0] is not None:
+            if ((RACECHECK in bug.caught_by or not bug.edits) and not hopper
+                    and results[GATE][0] is not None):
                 results[RACECHECK] = run_racecheck(folders[name])
             for check, (failed, detail) in results.items():
                 if failed is None:
                     meaning, as_expected = "could not run: NOT AS EXPECTED", False
                 else:
-                    meaning, as_expected = verdict(bug, check, failed, reached or check in (WARP_BARRIERS, WGMMA_ORDER))
+                    meaning, as_expected = verdict(bug, check, failed,
+                                                   reached or check in (WARP_BARRIERS, WGMMA_ORDER))
                 unexpected += not as_expected
-                print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""), flush=True)
+                print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""),
+                      flush=True)
             if hopper and (bug.racecheck_control or not bug.edits) and results[GATE][0] is not None:
-                _, summary = run_racecheck(folders[name], gate_arguments + ["--small"], HOPPER_RACECHECK_LIMIT_S)
+                _, summary = run_racecheck(folders[name], gate_arguments + ["--small"],
+                                           HOPPER_RACECHECK_LIMIT_S)
                 print(f"{name:<54} {'racecheck':<14} control, not a verdict: {summary}", flush=True)
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
     sys.exit(unexpected)

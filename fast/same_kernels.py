@@ -67,7 +67,8 @@ def instruction_counts(cubin, disassembler):
     """{mangled kernel name: SASS instructions}."""
     if disassembler is None:
         return {name: len(code) // 16 for name, code in text_sections(cubin).items()}
-    listing = subprocess.run([disassembler, cubin], capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run([disassembler, cubin], capture_output=True, text=True,
+                             check=True).stdout
     counts, current = {}, None
     for line in listing.splitlines():
         section = re.match(r"\s*\.text\.(\S+):", line)
@@ -125,7 +126,8 @@ def main():
     commit = arguments.commit
     disassembler = nvdisasm()
     print(f"instructions counted by {disassembler or 'the .text sections (16 bytes each)'}; "
-          f"{subprocess.run([NVCC, '--version'], capture_output=True, text=True).stdout.split()[-1]}")
+          + subprocess.run([NVCC, "--version"], capture_output=True,
+                           text=True).stdout.split()[-1])
     differences = 0
     with tempfile.TemporaryDirectory() as scratch:
         baseline = os.path.join(scratch, "baseline")

@@ -106,7 +106,8 @@ __global__ void __launch_bounds__(kHelperThreads, kScaleBlocksPerMultiprocessor)
     // This thread's sweeps in shared memory that hold data, counted first: a loop with
     // no early exit lets the compiler issue several loads before the first is used.
     const int shared_count = first_shared < vectors
-        ? static_cast<int>(min((vectors - first_shared + step - 1) / step, static_cast<int64_t>(shared_vectors)))
+        ? static_cast<int>(min((vectors - first_shared + step - 1) / step,
+                               static_cast<int64_t>(shared_vectors)))
         : 0;
     const int64_t first_unheld = first_shared + shared_vectors * step;
 
@@ -126,14 +127,16 @@ __global__ void __launch_bounds__(kHelperThreads, kScaleBlocksPerMultiprocessor)
         largest = fmaxf(largest, largestOfFour(v));
     }
 #pragma unroll 4
-    for (int64_t i = first_unheld; i < vectors; i += step) largest = fmaxf(largest, largestOfFour(grad4[i]));
+    for (int64_t i = first_unheld; i < vectors; i += step)
+        largest = fmaxf(largest, largestOfFour(grad4[i]));
     if (grad.dense) {
         for (int64_t i = 4 * vectors + first; i < count; i += step)  // the last count % 4
             largest = fmaxf(largest, fabsf(grad.data[i]));
     } else {
         for (int64_t row = blockIdx.x; row < grad.rows; row += gridDim.x)
             for (int64_t col = threadIdx.x; col < grad.cols; col += blockDim.x)
-                largest = fmaxf(largest, fabsf(grad.data[row * grad.row_stride + col * grad.col_stride]));
+                largest =
+                    fmaxf(largest, fabsf(grad.data[row * grad.row_stride + col * grad.col_stride]));
     }
     largest = blockLargest(largest);
     DAY87_HOLD_PARTIAL_MAXIMA();
@@ -144,7 +147,8 @@ __global__ void __launch_bounds__(kHelperThreads, kScaleBlocksPerMultiprocessor)
 
     // (2) The scale, the same in every block, and the cast.
     largest = 0.0f;
-    for (int i = threadIdx.x; i < gridDim.x; i += blockDim.x) largest = fmaxf(largest, block_largest[i]);
+    for (int i = threadIdx.x; i < gridDim.x; i += blockDim.x)
+        largest = fmaxf(largest, block_largest[i]);
     largest = blockLargest(largest);
     // largest = m * 2^e with m in [0.5, 1), so largest * 2^(15 - e) is in [2^14, 2^15).
     // 2^(15 - e) is built from its FP32 bits, biased exponent 127 + 15 - e, clamped to
@@ -164,12 +168,14 @@ __global__ void __launch_bounds__(kHelperThreads, kScaleBlocksPerMultiprocessor)
     }
 #pragma unroll 4
     for (int j = 0; j < shared_count; ++j)
-        storeFourHalves(scaled + 4 * (first_shared + j * step), held_in_shared[j * blockDim.x + threadIdx.x], scale);
+        storeFourHalves(scaled + 4 * (first_shared + j * step),
+                        held_in_shared[j * blockDim.x + threadIdx.x], scale);
     // The rest newest first: what (1) read last is the likeliest to be still in L2
     // (measured faster than oldest first at 4096 x 4096: checks/NOTES.md).
     if (first_unheld < vectors) {
 #pragma unroll 4
-        for (int64_t i = first_unheld + (vectors - 1 - first_unheld) / step * step; i >= first_unheld; i -= step)
+        for (int64_t i = first_unheld + (vectors - 1 - first_unheld) / step * step;
+             i >= first_unheld; i -= step)
             storeFourHalves(scaled + 4 * i, grad4[i], scale);
     }
     if (grad.dense) {
@@ -197,26 +203,31 @@ cudaError_t currentScaleFit(ScaleFit* fit) {
     if (status != cudaSuccess) return status;
     if (cached.device != device) {
         int multiprocessors, shared_per_multiprocessor, shared_per_block, reserved_per_block;
-        const cudaDeviceAttr attributes[] = {cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+        const cudaDeviceAttr attributes[] = {cudaDevAttrMultiProcessorCount,
+                                             cudaDevAttrMaxSharedMemoryPerMultiprocessor,
                                              cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                              cudaDevAttrReservedSharedMemoryPerBlock};
-        int* values[] = {&multiprocessors, &shared_per_multiprocessor, &shared_per_block, &reserved_per_block};
+        int* values[] = {&multiprocessors, &shared_per_multiprocessor, &shared_per_block,
+                         &reserved_per_block};
         for (int i = 0; i < 4 && status == cudaSuccess; ++i)
             status = cudaDeviceGetAttribute(values[i], attributes[i], device);
         if (status != cudaSuccess) return status;
         // The SM's shared memory split among its blocks, less what the runtime reserves
         // for each and blockLargest's own, in whole sweeps of float4s.
         const int bytes = std::min(shared_per_block,
-                                   shared_per_multiprocessor / kScaleBlocksPerMultiprocessor - reserved_per_block -
+                                   shared_per_multiprocessor / kScaleBlocksPerMultiprocessor -
+                                       reserved_per_block -
                                        static_cast<int>(kHelperThreads / 32 * sizeof(float)));
-        const int shared_vectors = std::max(0, bytes / static_cast<int>(kHelperThreads * sizeof(float4)));
+        const int shared_vectors =
+            std::max(0, bytes / static_cast<int>(kHelperThreads * sizeof(float4)));
         const size_t shared_bytes = shared_vectors * kHelperThreads * sizeof(float4);
-        status = cudaFuncSetAttribute(scaleToHalfKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        status = cudaFuncSetAttribute(scaleToHalfKernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(shared_bytes));
         int per_multiprocessor = 0;  // what the occupancy calculator says, not what was planned
         if (status == cudaSuccess)
-            status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, scaleToHalfKernel,
-                                                                   kHelperThreads, shared_bytes);
+            status = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                &per_multiprocessor, scaleToHalfKernel, kHelperThreads, shared_bytes);
         if (status != cudaSuccess) return status;
         cached = ScaleFit{device, per_multiprocessor * multiprocessors, shared_vectors};
     }
@@ -228,12 +239,13 @@ cudaError_t currentScaleFit(ScaleFit* fit) {
 // alpha_and_beta[0] the power of two to divide the products by (alpha_and_beta[1] = 0:
 // cuBLAS reads beta from device memory too). `workspace` holds kMaxHelperBlocks floats.
 cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int64_t row_stride,
-                              int64_t col_stride, half* scaled, float* alpha_and_beta, float* workspace,
-                              cudaStream_t stream) {
+                              int64_t col_stride, half* scaled, float* alpha_and_beta,
+                              float* workspace, cudaStream_t stream) {
     ScaleFit fit;
     cudaError_t status = currentScaleFit(&fit);
     if (status != cudaSuccess) return status;
-    const bool dense = col_stride == 1 && row_stride == cols && reinterpret_cast<std::uintptr_t>(grad) % 16 == 0;
+    const bool dense =
+        col_stride == 1 && row_stride == cols && reinterpret_cast<std::uintptr_t>(grad) % 16 == 0;
     StridedMatrix matrix{grad, rows, cols, row_stride, col_stride, dense};
     // Enough blocks to hold a dense grad in registers, or one per row of a strided
     // one, up to what can be resident; shared memory only where registers fall short.
@@ -241,11 +253,13 @@ cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int
                                        (kRegisterVectors * kHelperThreads)
                                  : rows;
     const int blocks = static_cast<int>(
-        std::min<int64_t>(std::max<int64_t>(wanted, 1), std::min(fit.resident_blocks, kMaxHelperBlocks)));
+        std::min<int64_t>(std::max<int64_t>(wanted, 1),
+                          std::min(fit.resident_blocks, kMaxHelperBlocks)));
     int shared_vectors = dense && wanted > blocks ? fit.shared_vectors : 0;
     void* arguments[] = {&matrix, &workspace, &scaled, &alpha_and_beta, &shared_vectors};
-    return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(scaleToHalfKernel), blocks, kHelperThreads,
-                                       arguments, shared_vectors * kHelperThreads * sizeof(float4), stream);
+    return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(scaleToHalfKernel), blocks,
+                                       kHelperThreads, arguments,
+                                       shared_vectors * kHelperThreads * sizeof(float4), stream);
 }
 
 }  // namespace tuned

@@ -26,7 +26,8 @@ from test_build import copy_lesson, import_op, make_fake_toolkit, succeeded  # n
 @pytest.mark.skipif(not torch.version.cuda, reason="torch has no CUDA: no toolkit is looked for")
 def test_toolkit_without_cublas_headers(tmp_path):
     folder = copy_lesson(tmp_path / "no-cublas")
-    shutil.copytree(FAST, os.path.join(folder, "fast"), ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(FAST, os.path.join(folder, "fast"),
+                    ignore=shutil.ignore_patterns("__pycache__"))
     cache = tmp_path / "cache"
     # The lesson first, with the real toolkit: its cached build then loads whatever
     # toolkit is named next, and only the fast operator's build is left to refuse.
@@ -37,7 +38,8 @@ def test_toolkit_without_cublas_headers(tmp_path):
                         code="import sys, torch; sys.modules['nvidia'] = None; "
                              "sys.path.insert(0, 'fast'); import fast_op")
     message = refused.stderr
-    assert refused.returncode != 0 and "cublas_v2.h" in message and "day87: building" not in message, \
+    assert (refused.returncode != 0 and "cublas_v2.h" in message
+            and "day87: building" not in message), \
         f"a toolkit without cuBLAS's headers: {message[-300:]}"
 
 
@@ -47,21 +49,28 @@ def test_hopper_target_where_a_hopper_card_may_run():
     # derives names: fast_op.py adds it to the lesson's list where that names 9.0 (a
     # Hopper card visible, or none: CI's list), and only there; the list's own stay.
     import fast_op
-    hopper = (fast_op.HOPPER_ARCHITECTURE,) if int(torch.version.cuda.split(".")[0]) >= 12 else ()
-    assert fast_op.hopper_architectures("7.5;8.0;8.6;8.9;9.0+PTX") == hopper, "no card visible: every architecture"
+    hopper = ((fast_op.HOPPER_ARCHITECTURE,) if int(torch.version.cuda.split(".")[0]) >= 12
+              else ())
+    assert fast_op.hopper_architectures("7.5;8.0;8.6;8.9;9.0+PTX") == hopper, \
+        "no card visible: every architecture"
     assert fast_op.hopper_architectures("9.0+PTX") == hopper, "an H100 or H200 visible"
     assert fast_op.hopper_architectures("8.0;9.0") == hopper, "TORCH_CUDA_ARCH_LIST naming 9.0"
     assert fast_op.hopper_architectures("9.0a") == (), "the list has it already"
-    assert fast_op.hopper_architectures("7.5+PTX") == (), "the T4's code, asked for: what runs must be it"
-    assert fast_op.hopper_architectures("8.0+PTX") == (), "an A100 visible: no Hopper card to run it"
+    assert fast_op.hopper_architectures("7.5+PTX") == (), \
+        "the T4's code, asked for: what runs must be it"
+    assert fast_op.hopper_architectures("8.0+PTX") == (), \
+        "an A100 visible: no Hopper card to run it"
     lesson_archs = fast_op.op.BUILD["archs"]
-    assert fast_op.BUILD["archs"] == ";".join([lesson_archs, *fast_op.hopper_architectures(lesson_archs)]), \
+    assert fast_op.BUILD["archs"] == ";".join(
+        [lesson_archs, *fast_op.hopper_architectures(lesson_archs)]), \
         f"the fast build's architectures: {fast_op.BUILD['archs']}, the lesson's: {lesson_archs}"
     # And cpp_extension compiled every one of them: a flag that names an architecture
     # among nvcc's own would make it drop the list's.
     if not fast_op.BUILD["with_cuda"]:
-        pytest.skip("no CUDA toolkit found: the build is the CPU part only, and compiles no architecture")
+        pytest.skip("no CUDA toolkit found: the build is the CPU part only, "
+                    "and compiles no architecture")
     ninja = open(os.path.join(fast_op.BUILD["directory"], "build.ninja")).read()
     for name in fast_op.BUILD["archs"].split(";"):
         number = name.split("+")[0].replace(".", "")
-        assert f"arch=compute_{number},code=sm_{number}" in ninja, f"no sm_{number} code in {ninja[:2000]}"
+        assert f"arch=compute_{number},code=sm_{number}" in ninja, \
+            f"no sm_{number} code in {ninja[:2000]}"

@@ -13,12 +13,16 @@ import pytest
 FAST = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, FAST)
 import planted_bugs  # noqa: E402
-from warp_barriers import BRANCH, EPILOGUE_STORE, LABEL, compiled_ptx, kernel_bodies, missing_barriers  # noqa: E402
+from warp_barriers import (  # noqa: E402
+    BRANCH, EPILOGUE_STORE, LABEL, compiled_ptx, kernel_bodies, missing_barriers)
 
-nvcc_missing = not os.path.exists(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
-pytestmark = pytest.mark.skipif(nvcc_missing, reason="needs nvcc (CUDA_HOME) to compile the kernels to PTX")
+nvcc_missing = not os.path.exists(
+    os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
+pytestmark = pytest.mark.skipif(nvcc_missing,
+                                reason="needs nvcc (CUDA_HOME) to compile the kernels to PTX")
 
-BARRIER_BUGS = [name for name, bug in planted_bugs.BUGS.items() if planted_bugs.WARP_BARRIERS in bug.caught_by]
+BARRIER_BUGS = [name for name, bug in planted_bugs.BUGS.items()
+                if planted_bugs.WARP_BARRIERS in bug.caught_by]
 
 
 def test_every_epilogue_has_its_barriers():
@@ -37,18 +41,24 @@ def branches_back_in_epilogue(lines):
     """Whether a branch after the kernel's first store to shared memory goes back to a
     label before it: a loop the walk must follow."""
     first_store = next(i for i, line in enumerate(lines) if EPILOGUE_STORE.match(line))
-    labels = {match.group(1): i for i, line in enumerate(lines) for match in [LABEL.match(line)] if match}
-    return any(labels[branch.group(2)] < i for i, line in enumerate(lines[first_store:], first_store)
+    labels = {match.group(1): i for i, line in enumerate(lines)
+              for match in [LABEL.match(line)] if match}
+    return any(labels[branch.group(2)] < i
+               for i, line in enumerate(lines[first_store:], first_store)
                for branch in [BRANCH.match(line)] if branch)
 
 
 # The epilogue's strip loop kept as a loop (its back edge), and a barrier on one side
 # of a branch only: a walk of straight-line text would pass both wrongly.
 STRIP_LOOP = ("#pragma unroll\n    for (int i = 0; i < Plan::kFragmentsM; ++i) {\n#pragma unroll\n"
-              "        for (int j = 0; j < Plan::kFragmentsN; ++j)\n            wmma::store_matrix_sync")
-KEPT_LOOP = (STRIP_LOOP, STRIP_LOOP.replace("#pragma unroll\n    for (int i", "#pragma unroll 1\n    for (int i", 1))
-FIRST_BARRIER = "                                    wmma::mem_row_major);\n        __syncwarp();\n"
-ONE_SIDED = (FIRST_BARRIER, FIRST_BARRIER.replace("__syncwarp();", "if (partials != nullptr) __syncwarp();"))
+              "        for (int j = 0; j < Plan::kFragmentsN; ++j)\n"
+              "            wmma::store_matrix_sync")
+KEPT_LOOP = (STRIP_LOOP, STRIP_LOOP.replace("#pragma unroll\n    for (int i",
+                                            "#pragma unroll 1\n    for (int i", 1))
+FIRST_BARRIER = ("                                    wmma::mem_row_major);\n"
+                 "        __syncwarp();\n")
+ONE_SIDED = (FIRST_BARRIER, FIRST_BARRIER.replace("__syncwarp();",
+                                                  "if (partials != nullptr) __syncwarp();"))
 SECOND_BARRIER_REMOVED = planted_bugs.BUGS["the strip is overwritten before it is read out"].edits
 
 
@@ -60,7 +70,8 @@ SECOND_BARRIER_REMOVED = planted_bugs.BUGS["the strip is overwritten before it i
 def test_every_path_is_followed(edits, named, tmp_path):
     planted_bugs.copy_with_bug(str(tmp_path / "copy"), "a path",
                                planted_bugs.Bug(planted_bugs.VERSION1, edits, ()))
-    if KEPT_LOOP in edits:  # the case is only a loop if nvcc kept one: a branch back, in some epilogue
+    # the case is only a loop if nvcc kept one: a branch back, in some epilogue
+    if KEPT_LOOP in edits:
         bodies, _ = kernel_bodies(compiled_ptx(str(tmp_path / "copy"), "90"))
         assert any(branches_back_in_epilogue(lines) for lines in bodies.values())
     problems = missing_barriers(str(tmp_path / "copy"))
@@ -70,12 +81,9 @@ def test_every_path_is_followed(edits, named, tmp_path):
 
 def test_a_missing_lesson_barrier_is_named(tmp_path):
     """The lesson's kernel.cu stages its output the same way, and is walked too."""
-    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "no bug (the copy as it is)",
-                               planted_bugs.BUGS["no bug (the copy as it is)"])
-    kernel = tmp_path / "copy" / "kernel.cu"
-    text = kernel.read_text()
     barrier = "        __syncwarp();  // the strip is read out before the next one overwrites it\n"
-    assert text.count(barrier) == 1
-    kernel.write_text(text.replace(barrier, ""))
+    planted_bugs.copy_with_bug(str(tmp_path / "copy"), "the lesson's second barrier removed",
+                               planted_bugs.Bug(("kernel.cu",), [(barrier, "")], ()))
     problems = missing_barriers(str(tmp_path / "copy"))
-    assert problems and all("_Z14wmmaGemmKernel12GemmOperands" in problem for problem in problems), problems
+    assert problems and all("_Z14wmmaGemmKernel12GemmOperands" in problem
+                            for problem in problems), problems

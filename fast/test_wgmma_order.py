@@ -15,21 +15,25 @@ sys.path.insert(0, FAST)
 import planted_bugs  # noqa: E402
 from wgmma_order import order_problems, order_problems_in  # noqa: E402
 
-nvcc_missing = not os.path.exists(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
-needs_nvcc = pytest.mark.skipif(nvcc_missing, reason="needs nvcc (CUDA_HOME) to compile the kernels to PTX")
+nvcc_missing = not os.path.exists(
+    os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
+needs_nvcc = pytest.mark.skipif(nvcc_missing,
+                                reason="needs nvcc (CUDA_HOME) to compile the kernels to PTX")
 
 HOPPER_BUGS = [name for name, bug in planted_bugs.BUGS.items() if bug.hopper]
 
 # The walk's model on hand-written sequences: a loop of one stage per pass, its body
 # between the label and the branch.
-FENCE, MMA, COMMIT, ARRIVE = "wgmma.fence.sync.aligned;", "wgmma.mma_async.sync.aligned.m64n128k16 {};", \
+FENCE, MMA, COMMIT, ARRIVE = "wgmma.fence.sync.aligned;", \
+    "wgmma.mma_async.sync.aligned.m64n128k16 {};", \
     "wgmma.commit_group.sync.aligned;", "mbarrier.arrive.shared.b64 _, [%r1];"
 
 
 def walk(*body):
     # A fence after the loop, off every MMA's path, so that no case is judged by the
     # check's "no wgmma.fence at all" early exit.
-    lines = ["$L_loop:", *body, "@%p1 bra $L_loop;", FENCE, "wgmma.wait_group.sync.aligned 0;", "ret;"]
+    lines = ["$L_loop:", *body, "@%p1 bra $L_loop;", FENCE, "wgmma.wait_group.sync.aligned 0;",
+             "ret;"]
     return order_problems_in("kernel", lines)
 
 
@@ -39,11 +43,11 @@ def walk(*body):
     ((FENCE, MMA, COMMIT, "wgmma.wait_group.sync.aligned 1;", FENCE, MMA, COMMIT,
       "wgmma.wait_group.sync.aligned 0;"), None),
     ((MMA, COMMIT, "wgmma.wait_group.sync.aligned 0;"), "opens a group with no wgmma.fence"),
-    ((FENCE, MMA, COMMIT, "wgmma.wait_group.sync.aligned 1;", MMA, COMMIT, "wgmma.wait_group.sync.aligned 0;"),
-     "opens a group with no wgmma.fence"),
+    ((FENCE, MMA, COMMIT, "wgmma.wait_group.sync.aligned 1;", MMA, COMMIT,
+      "wgmma.wait_group.sync.aligned 0;"), "opens a group with no wgmma.fence"),
     ((FENCE, MMA, "wgmma.wait_group.sync.aligned 0;", COMMIT), "not committed"),
-    ((FENCE, MMA, COMMIT, "wgmma.wait_group.sync.aligned 1;", ARRIVE, "wgmma.wait_group.sync.aligned 0;"),
-     "while MMAs may still run"),
+    ((FENCE, MMA, COMMIT, "wgmma.wait_group.sync.aligned 1;", ARRIVE,
+      "wgmma.wait_group.sync.aligned 0;"), "while MMAs may still run"),
 ])
 def test_the_model(body, problem):
     problems = walk(*body)

@@ -7,7 +7,8 @@
 // height, beside version 2 (a block per tile, kGroupRows), with no PyTorch.
 //
 // Build and run from the lesson's folder, on a Hopper card (H100, H200):
-//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/tile_order fast/tile_order.cu && fast/tile_order
+//   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/tile_order fast/tile_order.cu &&
+//     fast/tile_order
 //
 // Each figure is the median of 7 timings (CUDA events) of 20 launches back to back,
 // on the same operands (fresh random FP16 values, never zeros), the candidates timed
@@ -40,7 +41,8 @@
 using Launch = cudaError_t (*)(const tuned::FastGemmOperands&, cudaStream_t, int);
 
 template <class Plan>
-cudaError_t persistent(const tuned::FastGemmOperands& operands, cudaStream_t stream, int group_rows) {
+cudaError_t persistent(const tuned::FastGemmOperands& operands, cudaStream_t stream,
+                       int group_rows) {
     tuned::DeviceFacts facts;
     const cudaError_t status = tuned::currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
@@ -62,16 +64,19 @@ struct Timed {
     int group_rows;
 };
 
-std::vector<float> microsecondsInTurn(const std::vector<Timed>& runs, const tuned::FastGemmOperands& operands) {
+std::vector<float> microsecondsInTurn(const std::vector<Timed>& runs,
+                                      const tuned::FastGemmOperands& operands) {
     cudaEvent_t start, end;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&end));
     std::vector<std::vector<float>> timings(runs.size());
     for (int round = 0; round < 7; ++round)
         for (size_t run = 0; run < runs.size(); ++run) {
-            for (int i = 0; i < 3; ++i) CUDA_CHECK(runs[run].launch(operands, 0, runs[run].group_rows));
+            for (int i = 0; i < 3; ++i)
+                CUDA_CHECK(runs[run].launch(operands, 0, runs[run].group_rows));
             CUDA_CHECK(cudaEventRecord(start));
-            for (int i = 0; i < 20; ++i) CUDA_CHECK(runs[run].launch(operands, 0, runs[run].group_rows));
+            for (int i = 0; i < 20; ++i)
+                CUDA_CHECK(runs[run].launch(operands, 0, runs[run].group_rows));
             CUDA_CHECK(cudaEventRecord(end));
             CUDA_CHECK(cudaEventSynchronize(end));
             float milliseconds;
@@ -93,7 +98,8 @@ int main() {
     // would choose another (or refuse), so it is refused here first, by name.
     const char* forced = std::getenv("DAY87_FAST_KERNEL");
     if (forced != nullptr && std::strcmp(forced, "") != 0 && std::strcmp(forced, "auto") != 0) {
-        printf("tile_order: DAY87_FAST_KERNEL is '%s'; unset it: this times the launcher's own plans\n", forced);
+        printf("tile_order: DAY87_FAST_KERNEL is '%s'; unset it: this times the launcher's "
+               "own plans\n", forced);
         return EXIT_FAILURE;
     }
     tuned::DeviceFacts facts;
@@ -103,12 +109,14 @@ int main() {
                "-gencode=arch=compute_90a,code=sm_90a run the Hopper kernels)\n");
         return EXIT_FAILURE;
     }
-    const int shapes[][3] = {{2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 4096, 4096}, {8192, 8192, 8192}};
+    const int shapes[][3] = {{2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 4096, 4096},
+                             {8192, 8192, 8192}};
     const int group_heights[] = {1, 2, 4, 8, 16, 32};
     std::mt19937 generator(87);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     bool all_same = true;
-    printf("%-22s %-26s %s\n", "M x N x K", "kernel", "us per launch, by group height (rows of tiles)");
+    printf("%-22s %-26s %s\n", "M x N x K", "kernel",
+           "us per launch, by group height (rows of tiles)");
     for (const auto& shape : shapes) {
         const int m = shape[0], n = shape[1], k = shape[2];
         std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
@@ -130,23 +138,27 @@ int main() {
         // The launcher's own choice of plan for this shape, on either version.
         tuned::LaunchChoice choice;
         CUDA_CHECK(tuned::chooseLaunch(m, n, k, &choice));
-        const bool wide =
-            choice.plan == tuned::PlanChoice::kPersistentWide || choice.plan == tuned::PlanChoice::kHopperWide;
-        const Launch launches[] = {wide ? persistent<tuned::HopperWidePlan> : persistent<tuned::HopperNarrowPlan>,
-                                   wide ? blockPerTile<tuned::HopperWidePlan> : blockPerTile<tuned::HopperNarrowPlan>};
+        const bool wide = choice.plan == tuned::PlanChoice::kPersistentWide ||
+                          choice.plan == tuned::PlanChoice::kHopperWide;
+        const Launch launches[] = {
+            wide ? persistent<tuned::HopperWidePlan> : persistent<tuned::HopperNarrowPlan>,
+            wide ? blockPerTile<tuned::HopperWidePlan> : blockPerTile<tuned::HopperNarrowPlan>};
         const size_t count = static_cast<size_t>(m) * n;
         std::vector<float> expected(count), got(count);
         CUDA_CHECK(launches[0](operands, 0, tuned::version3::kPersistentGroupRows));
-        CUDA_CHECK(cudaMemcpy(expected.data(), operands.c, count * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(expected.data(), operands.c, count * sizeof(float),
+                              cudaMemcpyDeviceToHost));
 
         // Every order's bits, against the launcher's own order's.
         for (int group_rows : group_heights) {
             CUDA_CHECK(cudaMemset(operands.c, 0xFF, count * sizeof(float)));
             CUDA_CHECK(launches[0](operands, 0, group_rows));
-            CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float), cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float),
+                                  cudaMemcpyDeviceToHost));
             const bool same = std::memcmp(got.data(), expected.data(), count * sizeof(float)) == 0;
-            if (!same) printf("group height %d: FAIL (other bits than group height %d's)\n", group_rows,
-                              tuned::version3::kPersistentGroupRows);
+            if (!same)
+                printf("group height %d: FAIL (other bits than group height %d's)\n", group_rows,
+                       tuned::version3::kPersistentGroupRows);
             all_same &= same;
         }
         std::vector<Timed> runs;
@@ -156,8 +168,10 @@ int main() {
         char label[32];
         snprintf(label, sizeof(label), "%d x %d x %d", m, n, k);
         printf("%-22s %-26s", label, wide ? "version 3, 128 x 256" : "version 3, 128 x 128");
-        for (size_t i = 0; i + 1 < runs.size(); ++i) printf("  %2d: %8.1f", runs[i].group_rows, times[i]);
-        printf("\n%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", tuned::kGroupRows, times.back());
+        for (size_t i = 0; i + 1 < runs.size(); ++i)
+            printf("  %2d: %8.1f", runs[i].group_rows, times[i]);
+        printf("\n%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", tuned::kGroupRows,
+               times.back());
         CUDA_CHECK(cudaFree(device_a));
         CUDA_CHECK(cudaFree(device_b));
         CUDA_CHECK(cudaFree(operands.c));

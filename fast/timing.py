@@ -39,10 +39,11 @@ from typing import NamedTuple
 import torch
 
 # The shapes that both scripts time. The forward's are (M, N, K): the lesson's two
-# (its README and test_op.py), and four large ones, where the Hopper kernels run. The step's are (M, K, N): one
-# layer, x (M x K) @ w (K x N), from the lesson's size to a large layer.
-FORWARD_SHAPES = [(256, 512, 384), (512, 1024, 128), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 4096, 4096),
-                  (8192, 8192, 8192)]
+# (its README and test_op.py), and four large ones, where the Hopper kernels run. The
+# step's are (M, K, N): one layer, x (M x K) @ w (K x N), from the lesson's size to a
+# large layer.
+FORWARD_SHAPES = [(256, 512, 384), (512, 1024, 128), (2048, 2048, 2048), (4096, 4096, 4096),
+                  (8192, 4096, 4096), (8192, 8192, 8192)]
 STEP_SIZES = [(256, 384, 512), (2048, 512, 2048), (4096, 1024, 4096), (8192, 4096, 4096)]
 
 
@@ -158,7 +159,8 @@ def graphs_in_turn(calls_of_lines, calls, rounds=7):
         for index in reversed(range(len(graphs))):
             reversed_order[index].append(timed(index))
     del graphs
-    return [statistics.median(times) for times in in_order], [statistics.median(times) for times in reversed_order]
+    return ([statistics.median(times) for times in in_order],
+            [statistics.median(times) for times in reversed_order])
 
 
 def input_sets(m, n, k):
@@ -169,7 +171,8 @@ def input_sets(m, n, k):
     l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
     per_set = 2 * (m * k + k * n)
     count = min(64, max(1, math.ceil(2 * l2_bytes / per_set)))
-    return [(torch.randn(m, k, device="cuda", dtype=torch.half), torch.randn(k, n, device="cuda", dtype=torch.half))
+    return [(torch.randn(m, k, device="cuda", dtype=torch.half),
+             torch.randn(k, n, device="cuda", dtype=torch.half))
             for _ in range(count)]
 
 

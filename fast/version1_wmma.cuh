@@ -221,7 +221,8 @@ __device__ __forceinline__ void storeOutputs(const FastGemmOperands& operands, s
 // into C. (The launchers say when K is split.)
 template <class Plan>
 __global__ void __launch_bounds__(Plan::kThreads)
-    wmmaGemmKernel(const FastGemmOperands operands, float* __restrict__ partials, int k_tiles_per_split) {
+    wmmaGemmKernel(const FastGemmOperands operands, float* __restrict__ partials,
+                   int k_tiles_per_split) {
     const half* __restrict__ a = operands.a;
     const half* __restrict__ b = operands.b;
     const int m = operands.m, n = operands.n, k = operands.k;
@@ -257,7 +258,8 @@ __global__ void __launch_bounds__(Plan::kThreads)
 
     // This block's stages of K: [first_k_tile, first_k_tile + k_tiles).
     const int first_k_tile = blockIdx.y * k_tiles_per_split;
-    const int k_tiles = min(k_tiles_per_split, (k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);
+    const int k_tiles =
+        min(k_tiles_per_split, (k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);
 
     // Prologue: start the copies of the first kStages - 1 stages. A group is
     // committed even when empty, so that the wait counts below stay exact.
@@ -325,7 +327,8 @@ __global__ void __launch_bounds__(Plan::kThreads)
     if (partials != nullptr) DAY87_HOLD_PARTIAL_SUMS();
     float* staging = reinterpret_cast<float*>(shared_bytes) + warp * Plan::kEpilogueFloatsPerWarp;
     const int lane = threadIdx.x % 32;
-    const size_t first_c_row = static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * Plan::kWarpM;
+    const size_t first_c_row =
+        static_cast<size_t>(tile_row) * Plan::kBlockM + warp_row * Plan::kWarpM;
     const int first_c_col = tile_col * Plan::kBlockN + warp_col * Plan::kWarpN;
 #pragma unroll
     for (int i = 0; i < Plan::kFragmentsM; ++i) {
@@ -345,7 +348,8 @@ __global__ void __launch_bounds__(Plan::kThreads)
             if (partials == nullptr)
                 storeOutputs(operands, c_row, first_c_col + col, value);
             else  // one split's sums, in its own slice; splitSumKernel stores the total
-                *reinterpret_cast<float4*>(partials + (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
+                *reinterpret_cast<float4*>(partials +
+                                           (blockIdx.y * static_cast<size_t>(m) + c_row) * n +
                                            first_c_col + col) = value;
         }
         __syncwarp();  // the strip is read out before the next one overwrites it
@@ -399,7 +403,8 @@ cudaError_t launchPlan(const FastGemmOperands& operands, int splits, float* work
     if (splits == 1 || status != cudaSuccess) return status;
 
     const size_t vectors = static_cast<size_t>(operands.m) * operands.n / 4;
-    const unsigned reduction_blocks = static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096));
+    const unsigned reduction_blocks =
+        static_cast<unsigned>(std::min<size_t>((vectors + 255) / 256, 4096));
 #if CUDART_VERSION >= 12000
     // The reduction as the multiply's dependent where the code has the wait for it
     // (sm_90 and up): its launch then overlaps the multiply instead of following it,
@@ -414,7 +419,8 @@ cudaError_t launchPlan(const FastGemmOperands& operands, int splits, float* work
     dependent.val.programmaticStreamSerializationAllowed = 1;
     config.attrs = &dependent;
     config.numAttrs = dependent_launch ? 1 : 0;
-    return cudaLaunchKernelEx(&config, splitSumKernel, operands, static_cast<const float*>(workspace), splits);
+    return cudaLaunchKernelEx(&config, splitSumKernel, operands,
+                              static_cast<const float*>(workspace), splits);
 #else  // CUDA 11's runtime has no programmatic dependent launch
     splitSumKernel<<<reduction_blocks, 256, 0, stream>>>(operands, workspace, splits);
     return cudaGetLastError();

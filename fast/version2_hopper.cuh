@@ -38,10 +38,11 @@ namespace version2 {
 // Returns the position after them.
 template <class Plan>
 __device__ __forceinline__ int produceTile(const Ring& ring, const CUtensorMap* map_a,
-                                           const CUtensorMap* map_b, TileCoordinates tile, int k_tiles,
-                                           int position) {
+                                           const CUtensorMap* map_b, TileCoordinates tile,
+                                           int k_tiles, int position) {
     for (int k_tile = 0; k_tile < k_tiles; ++k_tile, ++position) {
-        const int stage = position % Plan::kStages, pass = position / Plan::kStages;  // pass over the ring
+        const int stage = position % Plan::kStages,
+                  pass = position / Plan::kStages;  // pass over the ring
         waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);  // the consumers' last use of it is over
         DAY87_HOLD_HOPPER_PRODUCER(pass == 0);
         arriveExpectingBytes(&ring.full[stage], Plan::kStageBytesA + Plan::kStageBytesB);
@@ -49,7 +50,8 @@ __device__ __forceinline__ int produceTile(const Ring& ring, const CUtensorMap* 
                 tile.row * Plan::kBlockM, &ring.full[stage]);
         for (int box = 0; box < Plan::kBlockN / Plan::kBoxColumns; ++box)
             copyBox(ring.stages_b + stage * Plan::kStageBytesB + box * Plan::kBoxBytesB, map_b,
-                    tile.col * Plan::kBlockN + box * Plan::kBoxColumns, k_tile * Plan::kBlockK, &ring.full[stage]);
+                    tile.col * Plan::kBlockN + box * Plan::kBoxColumns, k_tile * Plan::kBlockK,
+                    &ring.full[stage]);
     }
     return position;
 }
@@ -57,7 +59,8 @@ __device__ __forceinline__ int produceTile(const Ring& ring, const CUtensorMap* 
 // A consumer's part for one tile: its 64 rows of C (kMmasAcross blocks of 64 FP32
 // accumulators a thread), from the K stages at ring positions `position` on.
 template <class Plan>
-__device__ __forceinline__ void consumeTile(const Ring& ring, float (&accumulators)[Plan::kMmasAcross][64],
+__device__ __forceinline__ void consumeTile(const Ring& ring,
+                                            float (&accumulators)[Plan::kMmasAcross][64],
                                             int consumer, int k_tiles, int position) {
 #pragma unroll
     for (int across = 0; across < Plan::kMmasAcross; ++across)
@@ -68,23 +71,27 @@ __device__ __forceinline__ void consumeTile(const Ring& ring, float (&accumulato
         const int stage = position % Plan::kStages, pass = position / Plan::kStages;
         waitBarrier(&ring.full[stage], pass & 1);  // TMA has written the whole stage
         DAY87_HOLD_HOPPER_CONSUMER();
-        const uint32_t stage_a = sharedAddress(ring.stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
+        const uint32_t stage_a =
+            sharedAddress(ring.stages_a + stage * Plan::kStageBytesA) + consumer * 64 * 128;
         const uint32_t stage_b = sharedAddress(ring.stages_b + stage * Plan::kStageBytesB);
         mmaFence();
 #pragma unroll
         for (int step = 0; step < Plan::kBlockK / 16; ++step) {
-            const uint64_t a_descriptor = matrixDescriptor(stage_a + step * 32, kIgnoredLeadingBytes, kSwizzleGroupBytes);
+            const uint64_t a_descriptor =
+                matrixDescriptor(stage_a + step * 32, kIgnoredLeadingBytes, kSwizzleGroupBytes);
 #pragma unroll
             for (int across = 0; across < Plan::kMmasAcross; ++across)
                 mma64x128x16(accumulators[across],
                              a_descriptor,
-                             matrixDescriptor(stage_b + across * 2 * Plan::kBoxBytesB + step * 2 * kSwizzleGroupBytes,
+                             matrixDescriptor(stage_b + across * 2 * Plan::kBoxBytesB +
+                                                  step * 2 * kSwizzleGroupBytes,
                                               Plan::kBoxBytesB, kSwizzleGroupBytes));
         }
         mmaCommit();
         mmaWait<0>();  // this warpgroup's MMAs have read the stage: it may be refilled
 #pragma unroll
-        for (int across = 0; across < Plan::kMmasAcross; ++across) accumulatorsWrittenHere(accumulators[across]);
+        for (int across = 0; across < Plan::kMmasAcross; ++across)
+            accumulatorsWrittenHere(accumulators[across]);
         if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);
     }
 }
@@ -99,11 +106,11 @@ __device__ __forceinline__ void consumeTile(const Ring& ring, float (&accumulato
 // a block (what that cost the fused op: checks/NOTES.md, "The Hopper kernel").
 template <class Plan>
 __device__ __forceinline__ void storeTile(const FastGemmOperands& operands,
-                                          const float (&accumulators)[Plan::kMmasAcross][64], int consumer,
-                                          TileCoordinates tile) {
+                                          const float (&accumulators)[Plan::kMmasAcross][64],
+                                          int consumer, TileCoordinates tile) {
     const int lane = threadIdx.x % 32;
-    const size_t row =
-        static_cast<size_t>(tile.row) * Plan::kBlockM + consumer * 64 + (threadIdx.x / 32 % 4) * 16 + lane / 4;
+    const size_t row = static_cast<size_t>(tile.row) * Plan::kBlockM + consumer * 64 +
+                       (threadIdx.x / 32 % 4) * 16 + lane / 4;
 #pragma unroll
     for (int across = 0; across < Plan::kMmasAcross; ++across) {
         const int first_col = tile.col * Plan::kBlockN + across * 128 + 2 * (lane % 4);
@@ -113,7 +120,8 @@ __device__ __forceinline__ void storeTile(const FastGemmOperands& operands,
             // (two 4-byte loads: a contiguous bias may start at any float, so 8 bytes
             // at a time could be misaligned)
             bias[j] = operands.bias
-                          ? make_float2(operands.bias[first_col + 8 * j], operands.bias[first_col + 8 * j + 1])
+                          ? make_float2(operands.bias[first_col + 8 * j],
+                                        operands.bias[first_col + 8 * j + 1])
                           : make_float2(0.0f, 0.0f);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -131,13 +139,13 @@ __device__ __forceinline__ void storeTile(const FastGemmOperands& operands,
 // ---- The kernel: one block per tile -------------------------------------------
 template <class Plan>
 __global__ void __launch_bounds__(Plan::kThreads, 1)
-    hopperGemmKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                     const FastGemmOperands operands) {
+    hopperGemmKernel(const __grid_constant__ CUtensorMap map_a,
+                     const __grid_constant__ CUtensorMap map_b, const FastGemmOperands operands) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ unsigned char shared_unaligned[];
     const Ring ring = setUpRing<Plan>(shared_unaligned);
-    const TileCoordinates tile = groupedTile(blockIdx.x, operands.m / Plan::kBlockM, operands.n / Plan::kBlockN,
-                                             kGroupRows);
+    const TileCoordinates tile = groupedTile(blockIdx.x, operands.m / Plan::kBlockM,
+                                             operands.n / Plan::kBlockN, kGroupRows);
     const int k_tiles = (operands.k + Plan::kBlockK - 1) / Plan::kBlockK;
 
     const int warpgroup = threadIdx.x / 128;
@@ -158,13 +166,16 @@ template <class Plan>
 cudaError_t launchHopperPlan(const FastGemmOperands& operands, cudaStream_t stream) {
     CUtensorMap map_a, map_b;
     cudaError_t status = describeMatrix(&map_a, operands.a, operands.m, operands.k, Plan::kBlockM);
-    if (status == cudaSuccess) status = describeMatrix(&map_b, operands.b, operands.k, operands.n, Plan::kBlockK);
     if (status == cudaSuccess)
-        status = cudaFuncSetAttribute(hopperGemmKernel<Plan>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        status = describeMatrix(&map_b, operands.b, operands.k, operands.n, Plan::kBlockK);
+    if (status == cudaSuccess)
+        status = cudaFuncSetAttribute(hopperGemmKernel<Plan>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       Plan::kSharedBytes);
     if (status != cudaSuccess) return status;
     const int tiles = (operands.m / Plan::kBlockM) * (operands.n / Plan::kBlockN);
-    hopperGemmKernel<Plan><<<tiles, Plan::kThreads, Plan::kSharedBytes, stream>>>(map_a, map_b, operands);
+    hopperGemmKernel<Plan><<<tiles, Plan::kThreads, Plan::kSharedBytes, stream>>>(
+        map_a, map_b, operands);
     return cudaGetLastError();
 }
 #endif  // CUDART_VERSION >= 12000

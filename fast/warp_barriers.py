@@ -45,7 +45,8 @@ ARCHITECTURES = ("75", "90")
 
 WARP_BARRIER = re.compile(r"^\s*(@!?%\w+\s+)?bar\.warp\.sync\b")  # __syncwarp()
 BLOCK_BARRIER = re.compile(r"^\s*(@!?%\w+\s+)?(?:bar|barrier)(?:\.cta)?\.sync\b")  # __syncthreads()
-SHARED_WRITE = re.compile(r"^\s*(@!?%\w+\s+)?(?:st\.shared|wmma\.store\.\S*\.shared|cp\.async\S*\.shared)")
+SHARED_WRITE = re.compile(r"^\s*(@!?%\w+\s+)?"
+                          r"(?:st\.shared|wmma\.store\.\S*\.shared|cp\.async\S*\.shared)")
 SHARED_READ = re.compile(r"^\s*(@!?%\w+\s+)?(?:ld\.shared|wmma\.load\.\S*\.shared)")
 EPILOGUE_STORE = re.compile(r"^\s*wmma\.store\.\S*\.shared")
 LABEL = re.compile(r"^(\$\w+):")
@@ -74,18 +75,20 @@ def missing_barriers_in(name, lines):
     if first_store is None:
         return [f"{name}: no wmma.store to shared memory: not the epilogue this check knows"]
     start = next((i for i in range(first_store, -1, -1)
-                  if BLOCK_BARRIER.match(lines[i]) and not BLOCK_BARRIER.match(lines[i]).group(1)), None)
+                  if BLOCK_BARRIER.match(lines[i])
+                  and not BLOCK_BARRIER.match(lines[i]).group(1)), None)
     if start is None:
         return [f"{name}: no __syncthreads() before the epilogue's first store"]
-    labels = {match.group(1): i for i, line in enumerate(lines) for match in [LABEL.match(line)] if match}
+    labels = {match.group(1): i for i, line in enumerate(lines)
+              for match in [LABEL.match(line)] if match}
     problems = []
     # The walk starts at the __syncthreads(): a way into the epilogue that passes it
     # by would bring accesses the walk never sees.
     for i, line in enumerate(lines[:start]):
         branch = BRANCH.match(line)
         if branch and labels.get(branch.group(2), -1) > start:
-            problems.append(f"{name}: a branch into the epilogue past its __syncthreads(), which this check "
-                            f"does not follow: {line.strip()}")
+            problems.append(f"{name}: a branch into the epilogue past its __syncthreads(), "
+                            f"which this check does not follow: {line.strip()}")
 
     def successors(i):
         branch = BRANCH.match(lines[i])
@@ -94,7 +97,8 @@ def missing_barriers_in(name, lines):
             if target is None or target < start:
                 problems.append(f"{name}: a branch from the epilogue to "
                                 + ("a label this check did not find" if target is None else
-                                   "before its __syncthreads()") + f", which it does not follow: {lines[i].strip()}")
+                                   "before its __syncthreads()")
+                                + f", which it does not follow: {lines[i].strip()}")
                 target = None
             following = [i + 1] if branch.group(1) else []  # a predicated branch may fall through
             return following + ([target] if target is not None else [])
@@ -114,10 +118,13 @@ def missing_barriers_in(name, lines):
         write, read = SHARED_WRITE.match(line), SHARED_READ.match(line)
         access = "write" if write else "read" if read else None
         if barrier:
-            leaving = {NOTHING_YET} | (state if barrier.group(1) else set())  # a predicated one may not run
+            # a predicated one may not run
+            leaving = {NOTHING_YET} | (state if barrier.group(1) else set())
         elif access:
-            unpaired |= {(j, kind, i, access) for kind, j in state if kind not in (access, "barrier")}
-            leaving = {(access, i)} | (state if (write or read).group(1) else set())  # predicated: may not run
+            unpaired |= {(j, kind, i, access) for kind, j in state
+                         if kind not in (access, "barrier")}
+            # predicated: may not run
+            leaving = {(access, i)} | (state if (write or read).group(1) else set())
         else:
             leaving = state
         for following in successors(i):
@@ -126,7 +133,8 @@ def missing_barriers_in(name, lines):
                 before |= leaving
                 pending.append(following)
     for j, earlier, i, later in sorted(unpaired, key=lambda pair: (pair[2], pair[0])):
-        problems.append(f"{name}: a shared-memory {later} can follow a {earlier} with no barrier between:\n"
+        problems.append(f"{name}: a shared-memory {later} can follow a {earlier} "
+                        "with no barrier between:\n"
                         f"      {lines[j].strip()}\n      {lines[i].strip()}")
     return list(dict.fromkeys(problems))
 
@@ -163,9 +171,11 @@ def missing_barriers(folder):
         bodies, unread = kernel_bodies(compiled_ptx(folder, architecture))
         if not bodies:
             problems.append(f"compute_{architecture}: no wmmaGemmKernel in the PTX")
-        problems += [f"compute_{architecture} {name}: its body could not be read" for name in unread]
+        problems += [f"compute_{architecture} {name}: its body could not be read"
+                     for name in unread]
         for name, lines in bodies.items():
-            problems += [f"compute_{architecture} {problem}" for problem in missing_barriers_in(name, lines)]
+            problems += [f"compute_{architecture} {problem}"
+                         for problem in missing_barriers_in(name, lines)]
         print(f"compute_{architecture}: {len(bodies)} wmmaGemmKernel(s) walked")
     return problems
 
@@ -174,7 +184,8 @@ def main():
     problems = missing_barriers(os.path.dirname(FAST))
     for problem in problems:
         print(problem)
-    print("warp_barriers: " + (f"{len(problems)} problem(s)" if problems else "every epilogue has its barriers")
+    print("warp_barriers: "
+          + (f"{len(problems)} problem(s)" if problems else "every epilogue has its barriers")
           + " (the Hopper kernels are out of scope: their epilogue shares nothing between lanes; "
             "fast/wgmma_order.py checks their MMAs, fast/gate.cu their output)")
     sys.exit(1 if problems else 0)

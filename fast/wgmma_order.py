@@ -22,9 +22,9 @@ ordinary register accesses, so a fence counts for the next group whatever runs b
 them (the zeros written after it, a wait_group and the stores included). A fence is
 tracked apart from the groups, so a fence after a wait_group 1 opens the next group.
 This check compiles fast/launch_policy.cu (every version) to PTX for compute_90a (the
-only target where the Hopper kernels have a body) and follows every path through each Hopper kernel
-(hopperGemmKernel and hopperPersistentKernel, each plan), branches and loops
-included, tracking which states each instruction can be reached in. Any MMA state
+only target where the Hopper kernels have a body) and follows every path through each
+Hopper kernel (hopperGemmKernel and hopperPersistentKernel, each plan), branches and
+loops included, tracking which states each instruction can be reached in. Any MMA state
 error on any path is a problem. A kernel with no MMA, no fence, no
 commit or no wait at all is one too: then there is nothing to judge. It exits 0 when
 every kernel's MMAs are in order, 1 otherwise.
@@ -39,7 +39,8 @@ sys.path.insert(0, FAST)
 from warp_barriers import BRANCH, END, LABEL, compiled_ptx  # noqa: E402
 
 ARCHITECTURE = "90a"
-ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S*hopper(?:Gemm|Persistent)Kernel\S*)\(")
+ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+"
+                   r"(\S*hopper(?:Gemm|Persistent)Kernel\S*)\(")
 FENCE = re.compile(r"^\s*wgmma\.fence\b")
 MMA = re.compile(r"^\s*wgmma\.mma_async\b")
 COMMIT = re.compile(r"^\s*wgmma\.commit_group\b")
@@ -72,7 +73,8 @@ def step(state, line):
     if MMA.match(line):
         if groups == ISSUED:  # the open group goes on
             return state, None
-        return (ISSUED, False), (None if fenced else f"an MMA opens a group with no wgmma.fence before it ({groups})")
+        return (ISSUED, False), (None if fenced else
+                                 f"an MMA opens a group with no wgmma.fence before it ({groups})")
     if COMMIT.match(line):
         return (COMMITTED if groups == ISSUED else groups, fenced), None
     wait = WAIT.match(line)
@@ -81,7 +83,8 @@ def step(state, line):
             return state, "a wgmma.wait_group with MMAs not committed"
         return (IDLE if wait.group(1) == "0" else groups, fenced), None
     if NEEDS_RESULTS.match(line) and groups != IDLE:
-        return state, f"'{line.strip()[:60]}' while MMAs may still run ({groups}, no wgmma.wait_group 0)"
+        return state, (f"'{line.strip()[:60]}' while MMAs may still run "
+                       f"({groups}, no wgmma.wait_group 0)")
     if END.match(line) and groups != IDLE:
         return state, f"the kernel ends while MMAs may still run ({groups})"
     return state, None
@@ -89,7 +92,8 @@ def step(state, line):
 
 def order_problems_in(name, lines):
     """Every MMA-order problem on any path through this kernel, each as text."""
-    labels = {match.group(1): i for i, line in enumerate(lines) for match in [LABEL.match(line)] if match}
+    labels = {match.group(1): i for i, line in enumerate(lines)
+              for match in [LABEL.match(line)] if match}
     problems = [f"{name}: no {what} at all: not the kernel this check knows" for what, pattern in
                 (("wgmma.mma_async", MMA), ("wgmma.fence", FENCE), ("wgmma.commit_group", COMMIT),
                  ("wgmma.wait_group", WAIT)) if not any(pattern.match(line) for line in lines)]
@@ -100,7 +104,8 @@ def order_problems_in(name, lines):
         branch = BRANCH.match(lines[i])
         if branch:
             if branch.group(2) not in labels:
-                problems.append(f"{name}: a branch to a label this check did not find: {lines[i].strip()}")
+                problems.append(f"{name}: a branch to a label this check did not find: "
+                                f"{lines[i].strip()}")
                 return [i + 1] if branch.group(1) else []
             return ([i + 1] if branch.group(1) else []) + [labels[branch.group(2)]]
         if re.search(r"\b(?:bra|brx)\b", lines[i]):
@@ -132,7 +137,8 @@ def order_problems(folder):
     bodies = kernel_bodies(compiled_ptx(folder, ARCHITECTURE))
     problems = [] if bodies else [f"compute_{ARCHITECTURE}: no Hopper kernel in the PTX"]
     for name, lines in bodies.items():
-        problems += [f"compute_{ARCHITECTURE} {problem}" for problem in order_problems_in(name, lines)]
+        problems += [f"compute_{ARCHITECTURE} {problem}"
+                     for problem in order_problems_in(name, lines)]
     print(f"compute_{ARCHITECTURE}: {len(bodies)} Hopper kernel(s) walked")
     return problems
 
@@ -142,7 +148,8 @@ def main():
     for problem in problems:
         print(problem)
     print("wgmma_order: " + (f"{len(problems)} problem(s)" if problems else
-                             "every MMA fenced, committed and waited for before its results are used"))
+                             "every MMA fenced, committed and waited for "
+                             "before its results are used"))
     sys.exit(1 if problems else 0)
 
 
