@@ -977,16 +977,16 @@ def check_gate_compiles(operator):
     nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
     if not nvcc:
         raise Skip("no nvcc")
-    sources = [os.path.join(operator.folder, name) for name in ("gate.cu", "kernel.cu")]
-    key = hashlib.sha256(b"\0".join(pathlib.Path(path).read_bytes() for path in sources))
+    sources = sorted(pathlib.Path(operator.folder).glob("*.cu*"))  # gate.cu, what it includes
+    key = hashlib.sha256(b"\0".join(path.read_bytes() for path in sources))
     folder = f"{operator.namespace}-gate-{key.hexdigest()[:16]}"
     gate = os.path.join(os.path.dirname(operator.build["directory"]), folder, "gate.o")
     # pip's toolkit keeps its headers in folders of their own
     headers = [f"-I{path}" for path in (operator.build["toolkit"] or {}).get("include", [])]
     if not os.path.exists(gate):
         os.makedirs(os.path.dirname(gate), exist_ok=True)
-        built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o", gate, sources[0]],
-                               capture_output=True, text=True)
+        built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o", gate, "gate.cu"],
+                               capture_output=True, text=True, cwd=operator.folder)
         require(built.returncode == 0,
                 f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\ngate.cu "
                 "includes kernel.cu and calls launchWmmaGemm: its calls follow the definition.")
