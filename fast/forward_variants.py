@@ -179,7 +179,8 @@ def main():
     m, n, k = CHECK_SHAPE
     a = torch.randn(m, k, device="cuda", dtype=torch.half)
     b = torch.randn(k, n, device="cuda", dtype=torch.half)
-    header = f"{'variant':<34}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
+    width = max(map(len, variants)) + 2  # the name column
+    header = f"{'variant':<{width}}{'error at ' + 'x'.join(map(str, CHECK_SHAPE)):>22}"
     print(header + "".join(f"{'x'.join(map(str, shape)):>22}" for shape in SHAPES))
     rows = [("cuBLAS", None, base)] + [
         (name, index, plan_call(index)) for index, name in enumerate(variants)
@@ -187,7 +188,7 @@ def main():
     baseline_ms = {}
     unexpected = 0  # a variant that fails the check, or a "must fail" one that passes it
     for name, index, call in rows:
-        line = f"{name:<34}"
+        line = f"{name:<{width}}"
         if index is None:
             line += f"{'':>22}"
         else:
