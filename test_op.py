@@ -977,7 +977,7 @@ def check_gate_compiles(operator):
     nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
     if not nvcc:
         raise Skip("no nvcc")
-    sources = sorted(pathlib.Path(operator.folder).glob("*.cu*"))  # gate.cu, what it includes
+    sources = sorted(pathlib.Path(operator.folder).glob("*.cu*"))
     key = hashlib.sha256(b"\0".join(path.read_bytes() for path in sources))
     folder = f"{operator.namespace}-gate-{key.hexdigest()[:16]}"
     gate = os.path.join(os.path.dirname(operator.build["directory"]), folder, "gate.o")
@@ -985,7 +985,8 @@ def check_gate_compiles(operator):
     headers = [f"-I{path}" for path in (operator.build["toolkit"] or {}).get("include", [])]
     if not os.path.exists(gate):
         os.makedirs(os.path.dirname(gate), exist_ok=True)
-        built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o", gate, "gate.cu"],
+        built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o",
+                                os.path.abspath(gate), "gate.cu"],
                                capture_output=True, text=True, cwd=operator.folder)
         require(built.returncode == 0,
                 f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\ngate.cu "

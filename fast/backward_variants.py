@@ -5,7 +5,7 @@
 How the backward's design was first chosen (2026-11-30): an FP32 grad scaled by a
 power of two, products on tensor cores in FP16. The candidates are ATen ops, and the
 forward they follow is day87_fast::wmma_mm (fast_op.py); the backward now runs that
-design as fast/binding.cpp's one call (checks/NOTES.md, 2026-12-01, 17:31, has those
+design as fast/binding.cpp's one call (checks/NOTES.md, "The backward", has those
 kernels' candidates and figures). Each candidate computes grad_a = grad @ b^T and
 grad_b = a^T @ grad from an FP32 grad and FP16 a, b, and returns FP16 gradients.
 Times are triton.testing.do_bench medians of forward (the op) plus the candidate's

@@ -30,9 +30,11 @@ namespace tuned {
 // ---------------------------------------------------------------------------
 // The shape contract and the operands
 // ---------------------------------------------------------------------------
-// M and N multiples of 128 and K of 16 (the lesson's contract, copied): every tile
-// plan below must divide it (each plan's static_assert). fast/binding.cpp declares
-// these three and raises, naming the rule, before a call reaches the launcher.
+// M and N multiples of 128 and K of 16 (the lesson's contract, copied): every plan the
+// launcher may take for any shape divides it (version 1's three and the narrow Hopper
+// plan, each checked by a static_assert; the wide one only where 256 divides N, which
+// chooseLaunch asks). fast/binding.cpp declares these three and raises, naming the
+// rule, before a call reaches the launcher.
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
 extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
 

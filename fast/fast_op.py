@@ -16,6 +16,7 @@ CUDA, and its own build: this folder's sources, the cuBLAS headers that
 fast/binding.cpp's backward needs, and sm_90a.
 """
 
+import glob
 import os
 import sys
 
@@ -29,9 +30,9 @@ import torch  # noqa: E402
 import op  # noqa: E402  the lesson: its contract, its formula and its build
 
 NAMESPACE = "day87_fast"
-# What launch_policy.cu includes: the shared header and one file per version.
-HEADERS = [os.path.join(HERE, name) for name in
-           ["common.cuh", "version1_wmma.cuh", "version2_hopper.cuh", "version3_persistent.cuh"]]
+# What launch_policy.cu includes, the shared header and one file per version: every
+# header in this folder, so that one added later joins the build's key too.
+HEADERS = sorted(glob.glob(os.path.join(HERE, "*.cuh")))
 
 
 def wmma_mm(a, b):

@@ -233,12 +233,6 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     return pass;
 }
 
-// Each plan directly, whichever one the launcher would choose on this card: K % 32 ==
-// 16 (a half-filled last stage of 32), K = 16 (a single step), a K of 4096 split in
-// two (a multiply long enough that a reduction launched early which did not wait for
-// it would read unwritten sums), and K split two ways and four, where the splits'
-// stages do not divide evenly (17 stages of 16, 9 of 32). Then the bias, which must
-// be added once: whole, and with K split (the reduction adds it, not each split).
 // Version 1's plan directly, as the launcher launches it on this device.
 template <class Plan>
 cudaError_t launchWmma(const tuned::FastGemmOperands& operands, int splits, float* workspace,
@@ -250,6 +244,12 @@ cudaError_t launchWmma(const tuned::FastGemmOperands& operands, int splits, floa
                                              stream);
 }
 
+// Each plan directly, whichever one the launcher would choose on this card: K % 32 ==
+// 16 (a half-filled last stage of 32), K = 16 (a single step), a K of 4096 split in
+// two (a multiply long enough that a reduction launched early which did not wait for
+// it would read unwritten sums), and K split two ways and four, where the splits'
+// stages do not divide evenly (17 stages of 16, 9 of 32). Then the bias, which must
+// be added once: whole, and with K split (the reduction adds it, not each split).
 template <class Plan>
 bool checkPlan(const char* name, std::mt19937& generator) {
     const Launcher launch = launchWmma<Plan>;

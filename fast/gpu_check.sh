@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fast/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
-# in four parts that each run on their own, none of them long.
+# in six parts that each run on their own, none of them long.
 #
 #   bash fast/gpu_check.sh gate OUT       # fast/gate.cu and its ordering build,
 #                                         # compute-sanitizer on the gate and on the
@@ -148,9 +148,10 @@ if [ "$part" = forward ]; then
     step gate-compute75 "$out/gate75"
     # The registers each plan takes in a T4's machine code: the occupancy arithmetic
     # in checks/NOTES.md starts from these.
-    step sm75-resources bash -c "nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 \
--o $out/kernel75.cubin fast/launch_policy.cu &&
-        cuobjdump --dump-resource-usage $out/kernel75.cubin; rm -f $out/kernel75.cubin"
+    step sm75-resources bash -c "for source in launch_policy scale_to_half; do
+        nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/\$source.cubin \
+            fast/\$source.cu &&
+        cuobjdump --dump-resource-usage $out/\$source.cubin; rm -f $out/\$source.cubin; done"
     step forward-variants python3 fast/forward_variants.py
 fi
 

@@ -48,14 +48,14 @@ struct DeviceFacts {
     bool known;             // asked already
     bool turing;            // code for below sm_80: no cp.async (TuringPlan)
     bool dependent_launch;  // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
-    bool hopper;            // sm_90a code with hopperGemmKernel's body, and TMA's encoder
+    bool hopper;            // sm_90a code with the Hopper kernels' bodies, and TMA's encoder
     int multiprocessors;
 };
 
 #if CUDART_VERSION >= 12000
 // Whether this device runs sm_90a code: 1 only where the code that the driver chose
 // for it was compiled with the Hopper kernels' bodies. Read once per device and thread
-// (runsHopperCode, with the launchers).
+// (runsHopperCode, below).
 __device__ int hopper_code_ran;
 
 __global__ void hopperCodeProbe() {

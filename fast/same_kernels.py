@@ -112,7 +112,13 @@ def compile_folder(folder, architecture, scratch, disassembler):
                 entry = None
         sections = text_sections(cubin)
         for mangled, instructions in instruction_counts(cubin, disassembler).items():
-            kernels[readable(mangled)] = (instructions, registers.get(mangled), sections[mangled])
+            name = readable(mangled)
+            # A count that cannot be compared, or two kernels under one name, is no verdict.
+            if mangled not in registers or name in kernels:
+                sys.exit(f"same_kernels: {mangled} in {source} for {architecture}: "
+                         + ("a second kernel named " + name if name in kernels
+                            else "ptxas -v printed no registers for it"))
+            kernels[name] = (instructions, registers[mangled], sections[mangled])
     return kernels
 
 

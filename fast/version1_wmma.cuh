@@ -104,7 +104,7 @@ struct TilePlan {
                   "the epilogue's staging must fit in the pipeline's shared memory");
 };
 
-// The three plans the launcher chooses from (chooseLaunch, at the end).
+// The three plans the launcher chooses from (launch_policy.cu's chooseLaunch).
 //
 // Every warp of Square and Turing owns 64 x 64 of C: 4 x 4 WMMA fragments, so every
 // A fragment loaded from shared memory feeds 4 MMAs and so does every B fragment. In
