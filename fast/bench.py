@@ -42,8 +42,10 @@ error ||out - float64|| / ||float64||, not graded.
 
 A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3,
    8192 x 4096 x 4096 and 8192^3: the fast tier as it chooses, and then with each
-   of its kernels forced (DAY87_FAST_KERNEL=wmma, and =hopper and =persistent where
-   the card runs them); GPU times taken in turn, as in table D.
+   of its kernels forced (DAY87_FAST_KERNEL=wmma, and =hopper, =persistent and
+   =cluster where the card runs them); GPU times taken in turn, as in table D. At
+   the four large shapes, a line under the block gives cuBLAS's GPU time over the
+   fast tier's as it chooses, in both orders, against its target (TARGETS).
 B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
    torch.autograd.grad(forward(x, w), (x, w), grad): the operators with an FP32
    grad, as their FP32 output has, the FP16 paths with an FP16 one.
@@ -54,7 +56,8 @@ D. Day 88's question, a bias in the kernel's store or added after: the fast tier
    fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
    add, that compiled, and FP16 addmm; the lines' GPU times taken in turn, in the
    listed order and in reverse (timing.graphs_in_turn), each GPU time and ratio
-   printed for both directions.
+   printed for both directions, and the spread of each line's replays in either
+   direction ((slowest - fastest) / median): a lead smaller than it is not a lead.
 After each table, the seconds that torch.compile spent compiling and autotuning
 for it: what its line costs before its first useful call (less on a second run,
 which finds inductor's caches on disk).
@@ -221,6 +224,14 @@ class Line:
     kernel: str = None  # DAY87_FAST_KERNEL while the line is checked and timed, where set
 
 
+# What the fast tier as it chooses should reach at the large shapes (M, N, K):
+# cuBLAS's GPU time over its own, in both orders (checks/NOTES.md, "Version 4").
+TARGETS = {(2048, 2048, 2048): 1.00, (4096, 4096, 4096): 1.03, (8192, 4096, 4096): 1.03,
+           (8192, 8192, 8192): 1.03}
+# And day 88's fused op, at (M, K, N): torch.compile's GPU time over its own.
+DAY88_TARGETS = {(8192, 4096, 4096): 1.10}
+
+
 @contextlib.contextmanager
 def fast_kernel(kernel):
     """DAY87_FAST_KERNEL set to `kernel` (None: left as it is) inside, put back after.
@@ -254,7 +265,7 @@ def print_block(shape, lines, calls, both_orders=False):
     both_orders, the lines' GPU times are taken in turn (timing.graphs_in_turn), in
     order and in reverse, and each GPU column is printed for either direction: a
     lead that holds in both is not the order's."""
-    errors, timings = {}, {}
+    errors, timings, spreads = {}, {}, {}
     for index, line in enumerate(lines):
         with fast_kernel(line.kernel):
             errors[index] = line.error(line.call())
@@ -272,8 +283,9 @@ def print_block(shape, lines, calls, both_orders=False):
         in_order, reversed_order = timing.graphs_in_turn(
             [under_its_kernel(line) for line in lines], calls)
         for index in timings:
-            timings[index] = [timings[index][0]._replace(gpu=in_order[index]),
-                              timings[index][0]._replace(gpu=reversed_order[index])]
+            timings[index] = [timings[index][0]._replace(gpu=in_order[index].median),
+                              timings[index][0]._replace(gpu=reversed_order[index].median)]
+            spreads[index] = (in_order[index].spread, reversed_order[index].spread)
     cublas = next(index for index, line in enumerate(lines) if line.kind == "cuBLAS")
     bases = [figures.gpu for figures in timings[cublas]]
     gpu_heads = ["GPU us", "reversed"][:len(timings[cublas])]
@@ -281,15 +293,18 @@ def print_block(shape, lines, calls, both_orders=False):
     print(f"{shape} ({calls} calls)".ljust(11 + LABEL_WIDTH) + f"{'wall us':>10}{'host us':>10}"
           + "".join(f"{head:>10}" for head in gpu_heads)
           + "".join(f"{head:>12}" for head in ratio_heads)
-          + "  error vs float64")
+          + (f"{'spread %':>12}" if both_orders else "") + "  error vs float64")
     for index, line in enumerate(lines):
         first = timings[index][0]
         print(f"  {line.kind:<9}{line.label:<{LABEL_WIDTH}}{first.wall:>10.1f}{first.host:>10.1f}"
               + "".join(f"{figures.gpu:>10.2f}" for figures in timings[index])
               + "".join(f"{figures.gpu / base:>12.2f}"
                         for figures, base in zip(timings[index], bases))
+              + (f"{'/'.join(f'{100 * s:.1f}' for s in spreads[index]):>12}"
+                 if both_orders else "")
               + f"  {errors[index]}")
     print(flush=True)
+    return timings, cublas
 
 
 class Compiler:
@@ -358,7 +373,7 @@ def forward_table(base):
     compiler = Compiler()
     # The fast tier as it chooses, and each of its kernels forced (the Hopper kernels
     # where this card runs them).
-    forced = ["wmma"] + (["hopper", "persistent"] if runs_hopper_kernel() else [])
+    forced = ["wmma"] + (["hopper", "persistent", "cluster"] if runs_hopper_kernel() else [])
     for m, n, k in timing.FORWARD_SHAPES:
         torch.manual_seed(0)
         a = torch.randn(m, k, device="cuda", dtype=torch.half)
@@ -366,7 +381,7 @@ def forward_table(base):
         reference, magnitude = float64_product(a, b)
         peer, peer_label, peer_graded = compiler.forward(function, label, graded, fp32_product,
                                                          "a.float() @ b.float()", (a, b))
-        print_block(f"M={m} N={n} K={k}", [
+        timings, cublas = print_block(f"M={m} N={n} K={k}", [
             Line("lesson", "op.wmma_mm(a, b)", lambda: op.wmma_mm(a, b),
                  forward_error(True, reference, magnitude, k)),
             Line("fast", "fast_op.wmma_mm(a, b)", lambda: fast_op.wmma_mm(a, b),
@@ -378,6 +393,12 @@ def forward_table(base):
             Line("compiled", peer_label, lambda: peer(a, b),
                  forward_error(peer_graded, reference, magnitude, k)),
         ], timing.calls_for(m, n, k), both_orders=True)
+        if (m, n, k) in TARGETS:
+            # line 1 is the fast tier as it chooses
+            ratios = [base.gpu / chosen.gpu for chosen, base in zip(timings[1], timings[cublas])]
+            print(f"  cuBLAS GPU time / the fast tier's as it chooses: {ratios[0]:.3f} in order, "
+                  f"{ratios[1]:.3f} reversed; target at least {TARGETS[m, n, k]:.2f}: "
+                  f"{'met' if min(ratios) >= TARGETS[m, n, k] else 'MISSED'}\n", flush=True)
     compiler.report()
 
 
@@ -457,7 +478,7 @@ def day88_table(base):
             cublas_bias, f"{label} + bias", graded, fp32_product_bias,
             "a.float() @ b.float() + bias", (a, b, bias))
         error = forward_error(True, reference, magnitude, k + 1)
-        print_block(f"M={m} K={k} N={n}", [
+        timings, _ = print_block(f"M={m} K={k} N={n}", [
             Line("fast", "fast_op.wmma_mm_bias(a, b, bias): fused",
                  lambda: fast_op.wmma_mm_bias(a, b, bias), error),
             Line("lesson", "op.wmma_mm(a, b) + bias", lambda: op.wmma_mm(a, b) + bias, error),
@@ -470,6 +491,12 @@ def day88_table(base):
             Line("fp16", "torch.addmm(bias16, a, b)", lambda: torch.addmm(bias16, a, b),
                  forward_error(False, reference, magnitude, k + 1)),
         ], timing.calls_for(m, n, k), both_orders=True)
+        if (m, k, n) in DAY88_TARGETS:
+            # line 0 is the fused op, line 4 the compiled one
+            ratios = [peer.gpu / fused.gpu for fused, peer in zip(timings[0], timings[4])]
+            print(f"  compiled GPU time / the fused op's: {ratios[0]:.3f} in order, "
+                  f"{ratios[1]:.3f} reversed; target at least {DAY88_TARGETS[m, k, n]:.2f}: "
+                  f"{'met' if min(ratios) >= DAY88_TARGETS[m, k, n] else 'MISSED'}\n", flush=True)
     compiler.report()
 
 

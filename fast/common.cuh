@@ -244,9 +244,12 @@ struct Ring {
 };
 
 // The ring laid out in the block's shared memory (aligned as the swizzle needs), its
-// barriers initialised by thread 0 and visible to every thread and to TMA.
+// barriers initialised by thread 0 and visible to every thread and to TMA. A stage is
+// empty once every consumer warp of `releasing_blocks` blocks is done with it (more
+// than this one where a cluster's blocks fill each other's stages: version 4).
 template <class Plan>
-__device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned) {
+__device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned,
+                                          int releasing_blocks = 1) {
     unsigned char* shared = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<uintptr_t>(shared_unaligned) + kSwizzleGroupBytes - 1) &
         ~uintptr_t{kSwizzleGroupBytes - 1});
@@ -259,7 +262,8 @@ __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned) {
     if (threadIdx.x == 0) {
         for (int stage = 0; stage < Plan::kStages; ++stage) {
             initBarrier(&ring.full[stage], 1);                      // the producer's one arrival
-            initBarrier(&ring.empty[stage], Plan::kConsumerWarps);  // one per consumer warp
+            // one arrival per consumer warp
+            initBarrier(&ring.empty[stage], Plan::kConsumerWarps * releasing_blocks);
         }
         // The initialised barriers, visible to TMA (which completes them) as well.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -7,9 +7,10 @@
 // Build and run from the lesson's folder (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_80 -o fast/gate fast/gate.cu && fast/gate
 // On a Hopper card (H100, H200), build for sm_90a, the target that has wgmma, so that
-// the Hopper kernels' plans are checked too, each plan on version 2 and on version 3
-// (the launcher's shapes take version 3 where it chooses a Hopper kernel; with
-// DAY87_FAST_KERNEL=persistent or hopper set, they all run on that one):
+// the Hopper kernels' plans are checked too, each plan on versions 2, 3 and 4 (the
+// launcher's shapes take version 3 where it chooses a Hopper kernel; with
+// DAY87_FAST_KERNEL=cluster, persistent or hopper set, they all run on that one, but
+// version 4 only where M is an even number of tiles):
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
 //
 // The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
@@ -283,6 +284,15 @@ cudaError_t launchPersistent(const tuned::FastGemmOperands& operands, int, float
     return tuned::version3::launchPersistentPlan<Plan>(operands, facts.multiprocessors, stream);
 }
 
+template <class Plan>
+cudaError_t launchCluster(const tuned::FastGemmOperands& operands, int, float*,
+                          cudaStream_t stream) {
+    tuned::DeviceFacts facts;
+    const cudaError_t status = tuned::currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    return tuned::version4::launchClusterPlan<Plan>(operands, facts.clusters, stream);
+}
+
 // Each Hopper plan directly, where this device runs it: one tile and several, with M
 // and N each one tile or two; every K the contract allows against the 64 of a stage
 // (K = 16, a single step; 48, one part-filled stage; 272, four whole stages and 16;
@@ -300,6 +310,26 @@ bool checkHopperPlan(const char* name, Launcher launch, std::mt19937& generator)
     for (int k : {16, 48, 272, 320}) pass &= checkShape(name, launch, 0, kM, kN, k, generator);
     pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator);
     pass &= checkShape(name, launch, 0, 2 * kM, kN, 4096, generator);
+    pass &= checkShape(name, launch, 0, 4096, 1536, 336, generator);
+    for (int k : {48, 272})
+        pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
+    pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, false, /*extremes=*/true);
+    pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator, true, /*extremes=*/true);
+    return pass;
+}
+
+// Version 4's plans directly: checkHopperPlan's shapes with M doubled, since its
+// clusters take tile rows in pairs (the launcher gives an odd number to version 3).
+// 4096 x 1536 is 96 pairs of wide tiles beside an H200's 66 clusters: some clusters
+// take two pairs. The bias is the fused op's path, whose bias goes into the staging
+// buffers with the accumulators.
+template <class Plan>
+bool checkClusterPlan(const char* name, Launcher launch, std::mt19937& generator) {
+    constexpr int kM = 2 * Plan::kBlockM, kN = Plan::kBlockN;
+    bool pass = true;
+    for (int k : {16, 48, 272, 320}) pass &= checkShape(name, launch, 0, kM, kN, k, generator);
+    pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, 272, generator);
+    pass &= checkShape(name, launch, 0, kM, kN, 4096, generator);
     pass &= checkShape(name, launch, 0, 4096, 1536, 336, generator);
     for (int k : {48, 272})
         pass &= checkShape(name, launch, 0, 2 * kM, 2 * kN, k, generator, /*with_bias=*/true);
@@ -448,6 +478,12 @@ int main(int argc, char** argv) {
             "HopperWidePlan, persistent", launchPersistent<tuned::HopperWidePlan>, generator);
         all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>(
             "HopperNarrowPlan, persistent", launchPersistent<tuned::HopperNarrowPlan>, generator);
+        all_pass &= checkClusterPlan<tuned::HopperWidePlan>(
+            "HopperWidePlan, cluster", launchCluster<tuned::HopperWidePlan>, generator);
+        all_pass &= checkClusterPlan<tuned::HopperNarrowPlan>(
+            "HopperNarrowPlan, cluster", launchCluster<tuned::HopperNarrowPlan>, generator);
+        printf("version 4: %d clusters of %d resident at once\n", facts.clusters,
+               tuned::version4::kClusterSize);
         // What the Hopper launcher adds to every call on the host: encoding A's and B's
         // tensor maps (the lesson's first shape; the encoder's cost does not depend on it).
         constexpr int kCalls = 10000;
@@ -498,6 +534,8 @@ int main(int argc, char** argv) {
             : choice.plan == tuned::PlanChoice::kHopperNarrow     ? "HopperNarrow"
             : choice.plan == tuned::PlanChoice::kPersistentWide   ? "HopperWide, persistent"
             : choice.plan == tuned::PlanChoice::kPersistentNarrow ? "HopperNarrow, persistent"
+            : choice.plan == tuned::PlanChoice::kClusterWide      ? "HopperWide, cluster"
+            : choice.plan == tuned::PlanChoice::kClusterNarrow    ? "HopperNarrow, cluster"
                                                                   : "Square";
         const bool hopper = choice.plan != tuned::PlanChoice::kTuring &&
                             choice.plan != tuned::PlanChoice::kSmallGrid &&

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fast/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
-# in six parts that each run on their own, none of them long.
+# in seven parts that each run on their own, none of them long.
 #
 #   bash fast/gpu_check.sh gate OUT       # fast/gate.cu and its ordering build,
 #                                         # compute-sanitizer on the gate and on the
@@ -22,7 +22,12 @@
 #                                         # for sm_90a, its launcher chosen and forced
 #                                         # to each, its ordering build, memcheck and
 #                                         # synccheck at shapes up to 512, wgmma_order.py,
-#                                         # the Hopper planted bugs, the tile order timed
+#                                         # the Hopper planted bugs
+#   bash fast/gpu_check.sh cluster OUT    # version 4 (the same card): the gate forced to
+#                                         # it, the ordering build, racecheck, synccheck
+#                                         # and memcheck on the Hopper plans up to 512,
+#                                         # tma_store_order.py, version 4's planted bugs,
+#                                         # the tile order timed on versions 3 and 4
 #   bash fast/gpu_check.sh hopper-tables OUT  # the extension as an H100's user builds
 #                                         # it (no TORCH_CUDA_ARCH_LIST): HGMMA in its
 #                                         # SASS, the table forced to each kernel and
@@ -36,12 +41,12 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75 | hopper | hopper-tables)
+    gate | bench | forward | compute75 | hopper | cluster | hopper-tables)
         [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; }
         ;;
     *)
         echo "usage: bash fast/gpu_check.sh" \
-            "gate|bench|forward|compute75|hopper|hopper-tables OUT" >&2
+            "gate|bench|forward|compute75|hopper|cluster|hopper-tables OUT" >&2
         exit 2
         ;;
 esac
@@ -193,6 +198,22 @@ if [ "$part" = hopper ]; then
     done
     step wgmma-order python3 fast/wgmma_order.py
     step planted-bugs-hopper python3 fast/planted_bugs.py hopper
+fi
+
+if [ "$part" = cluster ]; then
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/gate" fast/gate.cu
+    step gate-cluster-forced env DAY87_FAST_KERNEL=cluster "$out/gate"
+    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" fast/gate.cu
+    step gate-ordering-hopper "$out/gate_ordering" --hopper
+    # the Hopper plans alone (versions 2 to 4), at shapes up to 512
+    for tool in racecheck synccheck memcheck; do
+        step "sanitize-gate-hopper-small-$tool" compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 "$out/gate" --small --hopper
+    done
+    step tma-store-order python3 fast/tma_store_order.py
+    step planted-bugs-cluster python3 fast/planted_bugs.py cluster
     step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
         -o "$out/tile_order" fast/tile_order.cu
     step tile-order "$out/tile_order"
@@ -204,6 +225,7 @@ if [ "$part" = hopper-tables ]; then
     export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
     saved_arch_list=${TORCH_CUDA_ARCH_LIST-}
     unset TORCH_CUDA_ARCH_LIST
+    step table-cluster env DAY87_FAST_KERNEL=cluster python3 fast/test_fast.py
     step table-persistent env DAY87_FAST_KERNEL=persistent python3 fast/test_fast.py
     step table-hopper env DAY87_FAST_KERNEL=hopper python3 fast/test_fast.py
     library="$out/cache-hopper/day87_fast-*/day87_fast_ext.so"
@@ -222,7 +244,7 @@ try:
     fast_op.wmma_mm(a, a.new_zeros(16, 128))
 except RuntimeError as error:
     print('refused:', error)
-    assert 'must be persistent, hopper, wmma or auto' in str(error) and \"'cublas'\" in str(error)
+    assert 'must be cluster, persistent, hopper, wmma or auto' in str(error) and \"'cublas'\" in str(error)
 else:
     sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
     step bench-forward python3 fast/bench.py --forward

@@ -1,4 +1,4 @@
-// fast/launch_policy.cu: which of the fast forward's three versions runs a call, and
+// fast/launch_policy.cu: which of the fast forward's four versions runs a call, and
 // launchFastGemm, the launcher that fast/binding.cpp calls.
 //
 // The versions, each in a file of its own, the simplest first:
@@ -7,7 +7,9 @@
 //   2. version2_hopper.cuh, hopperGemmKernel: TMA, mbarriers and warpgroup MMAs
 //      (wgmma), a block per tile; Hopper, sm_90a code;
 //   3. version3_persistent.cuh, hopperPersistentKernel: version 2's pipeline in a
-//      persistent grid; where the launcher would choose version 2.
+//      persistent grid; where the launcher would choose version 2;
+//   4. version4_cluster.cuh, hopperClusterKernel: version 3's in clusters of two
+//      blocks, B multicast, C stored by TMA; only where forced (chooseLaunch says why).
 // What they share is in common.cuh. Here: the device's facts (asked once per device
 // and thread), DAY87_FAST_KERNEL, chooseLaunch (the policy, and the figures behind
 // it), and the launcher. Every figure behind a choice is in checks/NOTES.md.
@@ -33,6 +35,7 @@
 #include "version1_wmma.cuh"
 #include "version2_hopper.cuh"
 #include "version3_persistent.cuh"
+#include "version4_cluster.cuh"
 
 namespace tuned {
 
@@ -50,6 +53,7 @@ struct DeviceFacts {
     bool dependent_launch;  // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
     bool hopper;            // sm_90a code with the Hopper kernels' bodies, and TMA's encoder
     int multiprocessors;
+    int clusters;           // version 4's clusters resident at once (where hopper, else 0)
 };
 
 #if CUDART_VERSION >= 12000
@@ -121,31 +125,42 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
         status = cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
         if (status != cudaSuccess) return status;
         bool hopper = false;
+        int clusters = 0;
 #if CUDART_VERSION >= 12000
         if ((status = runsHopperCode(device, &hopper)) != cudaSuccess) return status;
+        if (hopper &&
+            (status = version4::residentClusters<HopperWidePlan>(&clusters)) != cudaSuccess)
+            return status;
 #endif
         cached = DeviceFacts{true, compiled.ptxVersion < 80,
                              compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, hopper,
-                             multiprocessors};
+                             multiprocessors, clusters};
     }
     *facts = cached;
     return cudaSuccess;
 }
 
-// Which kernel a call runs: DAY87_FAST_KERNEL=persistent (version 3), hopper
-// (version 2) or wmma (version 1) forces one, and unset (or auto) lets chooseLaunch
-// choose. It is read at every call, so that one process
+// Which kernel a call runs: DAY87_FAST_KERNEL=cluster (version 4), persistent
+// (version 3), hopper (version 2) or wmma (version 1) forces one, and unset (or auto)
+// lets chooseLaunch choose. It is read at every call, so that one process
 // can time both (fast/bench.py); a CUDA graph keeps the kernel it captured.
-enum class KernelSwitch { kAuto, kPersistent, kHopper, kWmma, kUnknown };
+enum class KernelSwitch { kAuto, kCluster, kPersistent, kHopper, kWmma, kUnknown };
 
 KernelSwitch kernelSwitch() {
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto"))
         return KernelSwitch::kAuto;
+    if (!std::strcmp(value, "cluster")) return KernelSwitch::kCluster;
     if (!std::strcmp(value, "persistent")) return KernelSwitch::kPersistent;
     if (!std::strcmp(value, "hopper")) return KernelSwitch::kHopper;
     if (!std::strcmp(value, "wmma")) return KernelSwitch::kWmma;
     return KernelSwitch::kUnknown;
+}
+
+// Versions 2 to 4: the kernels that only a Hopper card's sm_90a code runs.
+bool forcesHopperKernel(KernelSwitch wanted) {
+    return wanted == KernelSwitch::kCluster || wanted == KernelSwitch::kPersistent ||
+           wanted == KernelSwitch::kHopper;
 }
 
 // Why DAY87_FAST_KERNEL cannot be honoured on the current device, or "" where it can:
@@ -155,12 +170,12 @@ std::string kernelSwitchProblem() {
     const KernelSwitch wanted = kernelSwitch();
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (wanted == KernelSwitch::kUnknown)
-        return std::string("DAY87_FAST_KERNEL must be persistent, hopper, wmma or auto; got '") +
+        return std::string(
+                   "DAY87_FAST_KERNEL must be cluster, persistent, hopper, wmma or auto; got '") +
                value + "'";
     DeviceFacts facts;
-    const bool hopper_kernel =
-        wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
-    if (!hopper_kernel || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper) return "";
+    if (!forcesHopperKernel(wanted) || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper)
+        return "";
     return std::string("DAY87_FAST_KERNEL=") + value +
            ", and this device does not run the Hopper kernels: they run only on a card of "
            "capability 9.0, from code built for sm_90a with CUDA 12 or newer (fast_op.py adds "
@@ -170,7 +185,8 @@ std::string kernelSwitchProblem() {
 // Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,
 // for the launcher and for the workspace size that binding.cpp allocates.
 enum class PlanChoice {
-    kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow, kPersistentWide, kPersistentNarrow
+    kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow, kPersistentWide, kPersistentNarrow,
+    kClusterWide, kClusterNarrow
 };
 
 struct LaunchChoice {
@@ -190,7 +206,9 @@ struct LaunchChoice {
 // The Hopper kernels, where the device runs them, take every grid of at least as many
 // 128 x 128 tiles as SMs: version 3, the persistent one (faster than version 2 at
 // 4096^3 and 8192 x 4096 x 4096, level at 2048^3 and 8192^3: checks/NOTES.md, "The
-// Hopper kernel"); version 2 only where forced. Smaller grids stay with version 1's small
+// Hopper kernel"); version 2 and version 4 only where forced (version 4 is not yet
+// measured ahead of version 3 by its 2%: checks/NOTES.md, "Version 4"; forced, it takes
+// an even number of tile rows, and version 3 the rest). Smaller grids stay with version 1's small
 // tiles and split K (the Hopper kernels do not split K, and lose there). The wide
 // tile where 256 divides N and the wide grid takes at most half as many waves of
 // blocks as the narrow one (a wave of wide tiles lasts about two of narrow ones;
@@ -206,8 +224,7 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     const cudaError_t status = currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
     const KernelSwitch wanted = kernelSwitch();
-    const bool forced_hopper =
-        wanted == KernelSwitch::kPersistent || wanted == KernelSwitch::kHopper;
+    const bool forced_hopper = forcesHopperKernel(wanted);
     if (wanted == KernelSwitch::kUnknown || (forced_hopper && !facts.hopper))
         return cudaErrorInvalidValue;  // kernelSwitchProblem says why
     const int large_tiles = (m / kTileM) * (n / kTileN);
@@ -219,8 +236,13 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
         };
         const bool wide = n % HopperWidePlan::kBlockN == 0 &&
                           (forced_hopper || 2 * waves(large_tiles / 2) <= waves(large_tiles));
+        // Version 4's clusters take tiles in pairs along M: an odd number of them is
+        // version 3's.
+        const bool pairs = m / kTileM % version4::kClusterSize == 0 && facts.clusters > 0;
         if (wanted == KernelSwitch::kHopper)
             *choice = LaunchChoice{wide ? PlanChoice::kHopperWide : PlanChoice::kHopperNarrow, 1};
+        else if (wanted == KernelSwitch::kCluster && pairs)
+            *choice = LaunchChoice{wide ? PlanChoice::kClusterWide : PlanChoice::kClusterNarrow, 1};
         else
             *choice =
                 LaunchChoice{wide ? PlanChoice::kPersistentWide : PlanChoice::kPersistentNarrow, 1};
@@ -294,9 +316,14 @@ cudaError_t launchChosenPlan(const FastGemmOperands& operands, float* workspace,
         case PlanChoice::kPersistentNarrow:
             return version3::launchPersistentPlan<HopperNarrowPlan>(operands, facts.multiprocessors,
                                                                     stream);
+        case PlanChoice::kClusterWide:
+            return version4::launchClusterPlan<HopperWidePlan>(operands, facts.clusters, stream);
+        case PlanChoice::kClusterNarrow:
+            return version4::launchClusterPlan<HopperNarrowPlan>(operands, facts.clusters, stream);
 #else
         case PlanChoice::kHopperWide: case PlanChoice::kHopperNarrow:
         case PlanChoice::kPersistentWide: case PlanChoice::kPersistentNarrow:
+        case PlanChoice::kClusterWide: case PlanChoice::kClusterNarrow:
             return cudaErrorNotSupported;
 #endif
         case PlanChoice::kSquare: break;

@@ -2,6 +2,7 @@
 
     python fast/planted_bugs.py            (needs a GPU and nvcc): version 1's bugs
     python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernels'
+    python fast/planted_bugs.py cluster    (the same card): version 4's own
 
 Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of
 the repository; an edit whose text a file no longer holds stops the run, naming the
@@ -25,7 +26,11 @@ plans alone, on both versions; the ordering build starts every stage as NaN, hol
 the producer before each stage's first fill and each consumer before it multiplies a
 stage), and fast/wgmma_order.py, which reads the PTX for fenced, committed and
 waited-for MMAs.
-In that part a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
+The cluster part plants version 4's own bugs (its clusters' barriers and multicast,
+its stores of C through shared memory) and runs the same two gates and
+fast/tma_store_order.py, which reads the PTX for the stores' order, as well as
+fast/wgmma_order.py.
+In those parts a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
 barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs
 there as a control, on the copy with no bug and on the consumer that does not wait,
 at shapes up to 512: its hazard count is printed, and is no verdict either way,
@@ -48,11 +53,12 @@ FAST = os.path.dirname(os.path.abspath(__file__))
 REPOSITORY = os.path.dirname(FAST)
 sys.path.insert(0, FAST)
 from warp_barriers import missing_barriers, nvcc  # noqa: E402
+from tma_store_order import store_problems  # noqa: E402
 from wgmma_order import order_problems  # noqa: E402
 
 GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = (
     "gate", "ordering gate", "warp barriers", "racecheck")
-WGMMA_ORDER = "wgmma_order.py"
+WGMMA_ORDER, TMA_STORE_ORDER = "wgmma_order.py", "tma_store_order.py"
 # The Hopper part's time limits: its gates (the Hopper plans alone) run in about 10 s,
 # and racecheck at shapes up to 512 in well under a minute. Version 1's part has none:
 # its bugs cannot hang, and its racecheck of the whole gate takes minutes.
@@ -69,11 +75,13 @@ class Bug(NamedTuple):
     by_timing: tuple = ()
     sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
     hopper: bool = False  # in the Hopper kernels: the Hopper part's
+    cluster: bool = False  # in version 4's own code: the cluster part's
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
 VERSION1, SCALE = ("fast/version1_wmma.cuh",), ("fast/scale_to_half.cu",)
 COMMON, VERSION3 = ("fast/common.cuh",), ("fast/version3_persistent.cuh",)
+VERSION4 = ("fast/version4_cluster.cuh",)
 # Versions 2 and 3 hold the same producer, consumers and epilogue: a bug there is in both.
 HOPPER_PIPELINES = ("fast/version2_hopper.cuh", "fast/version3_persistent.cuh")
 
@@ -194,6 +202,37 @@ BUGS = {
         VERSION3, [("index < tiles; index += gridDim.x",
                     "index + gridDim.x < tiles; index += gridDim.x")],
         (GATE, ORDERING_GATE), hopper=True),
+    # Version 4's. Its clusters' barriers and multicast fail a gate on every run: a
+    # block's stage that never fills, or a stage that never empties, hangs the gate
+    # (the time limit makes it a failure); a stage handed back for the wrong one is
+    # refilled under a consumer that the ordering build holds. Its stores of C through
+    # shared memory are ordered against TMA's reads, which no run is sure to show: the
+    # PTX must show them (fast/tma_store_order.py).
+    "a consumer warp arrives on its own block's barrier alone": Bug(
+        VERSION4, [("for (int rank = 0; rank < kClusterSize; ++rank) "
+                    "arriveInBlock(&ring.empty[stage], rank);",
+                    "arriveInBlock(&ring.empty[stage], clusterRank());")],
+        (GATE, ORDERING_GATE), hopper=True, cluster=True),
+    "a consumer warp arrives for the next stage": Bug(
+        VERSION4, [("arriveInBlock(&ring.empty[stage], rank);",
+                    "arriveInBlock(&ring.empty[(stage + 1) % Plan::kStages], rank);")],
+        (ORDERING_GATE,), by_timing=(GATE,), hopper=True, cluster=True),
+    "the multicast mask leaves the cluster's last block out": Bug(
+        VERSION4, [("constexpr uint16_t kEveryBlock = (1 << kClusterSize) - 1;",
+                    "constexpr uint16_t kEveryBlock = (1 << (kClusterSize - 1)) - 1;")],
+        (GATE, ORDERING_GATE), hopper=True, cluster=True),
+    "a staging buffer rewritten before its store has read it": Bug(
+        VERSION4, [("        if (issuer) waitStoresRead<kStoreBuffers - 1>();\n", "")],
+        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
+    "a staging buffer's store waits for one store too few": Bug(
+        VERSION4, [("waitStoresRead<kStoreBuffers - 1>();", "waitStoresRead<kStoreBuffers>();")],
+        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
+    "the TMA store issued before the staging writes are fenced": Bug(
+        VERSION4, [("        fenceSharedForTma();\n", "")],
+        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
+    "the kernel ends before its last stores are written": Bug(
+        VERSION4, [("        if (threadIdx.x % 128 == 0) waitStoresWritten();\n", "")],
+        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
 }
 
 # Each bug goes into both of fast/gate.cu's builds: the plain one, and the ordering
@@ -289,9 +328,9 @@ def main(part):
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
-    hopper = part == "hopper"
+    hopper = part in ("hopper", "cluster")
     if hopper and (major, minor) != (9, 0):
-        sys.exit("planted_bugs.py hopper needs a card of capability 9.0 "
+        sys.exit(f"planted_bugs.py {part} needs a card of capability 9.0 "
                  f"(this one: {major}.{minor}), where the Hopper kernels run; "
                  "nothing was checked.")
     # The Hopper part's gates hold sm_90a code (the only code with the kernels' bodies)
@@ -299,7 +338,8 @@ def main(part):
     architecture = "90a" if hopper else f"{major}{minor}"
     gate_arguments = ["--hopper"] if hopper else []
     gate_limit_s = HOPPER_GATE_LIMIT_S if hopper else None
-    bugs = {name: bug for name, bug in BUGS.items() if bug.hopper == hopper or not bug.edits}
+    bugs = {name: bug for name, bug in BUGS.items()
+            if (bug.hopper == hopper and bug.cluster == (part == "cluster")) or not bug.edits}
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
         folders, builds = {}, {}
         for index, (name, bug) in enumerate(bugs.items()):
@@ -316,15 +356,17 @@ def main(part):
             # check -> (whether it failed, what it said); None where it could not run,
             # which is never a catch: a planted edit that breaks the build proves nothing.
             results = {}
-            static_check, read_ptx = ((WGMMA_ORDER, order_problems) if hopper
-                                      else (WARP_BARRIERS, missing_barriers))
-            try:
-                problems = read_ptx(folders[name])
-                results[static_check] = (bool(problems),
-                                         problems[0].splitlines()[0] if problems else "")
-            except subprocess.CalledProcessError as error:
-                results[static_check] = (
-                    None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
+            static_checks = ({WGMMA_ORDER: order_problems, TMA_STORE_ORDER: store_problems}
+                             if part == "cluster" else {WGMMA_ORDER: order_problems} if hopper
+                             else {WARP_BARRIERS: missing_barriers})
+            for static_check, read_ptx in static_checks.items():
+                try:
+                    problems = read_ptx(folders[name])
+                    results[static_check] = (bool(problems),
+                                             problems[0].splitlines()[0] if problems else "")
+                except subprocess.CalledProcessError as error:
+                    results[static_check] = (
+                        None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
             for check, (program, _) in GATES.items():
                 if builds[name, check].wait() != 0:
                     results[check] = (None, f"the {program} did not build")
@@ -337,8 +379,9 @@ def main(part):
                 if failed is None:
                     meaning, as_expected = "could not run: NOT AS EXPECTED", False
                 else:
-                    meaning, as_expected = verdict(bug, check, failed,
-                                                   reached or check in (WARP_BARRIERS, WGMMA_ORDER))
+                    meaning, as_expected = verdict(
+                        bug, check, failed,
+                        reached or check in (WARP_BARRIERS, WGMMA_ORDER, TMA_STORE_ORDER))
                 unexpected += not as_expected
                 print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""),
                       flush=True)
@@ -351,6 +394,6 @@ def main(part):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] not in ([], ["hopper"]):
-        sys.exit("usage: python fast/planted_bugs.py [hopper]")
-    main("hopper" if sys.argv[1:] == ["hopper"] else "wmma")
+    if sys.argv[1:] not in ([], ["hopper"], ["cluster"]):
+        sys.exit("usage: python fast/planted_bugs.py [hopper | cluster]")
+    main(sys.argv[1] if sys.argv[1:] else "wmma")

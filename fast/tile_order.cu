@@ -4,7 +4,8 @@
 // about group_rows tiles high, and read its rows of A and its columns of B; the
 // group height decides how much of both stays in L2 between the blocks that share
 // them. This times the launcher's plan at the forward's large shapes with each group
-// height, beside version 2 (a block per tile, kGroupRows), with no PyTorch.
+// height, and version 4's (its clusters walk pairs of tile rows in groups of the same
+// height), beside version 2 (a block per tile, kGroupRows), with no PyTorch.
 //
 // Build and run from the lesson's folder, on a Hopper card (H100, H200):
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/tile_order fast/tile_order.cu &&
@@ -25,7 +26,7 @@
 #include <random>
 #include <vector>
 
-#include "launch_policy.cu"  // the three versions and the launcher that chooses
+#include "launch_policy.cu"  // the four versions and the launcher that chooses
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
 #define CUDA_CHECK(call)                                                                 \
@@ -48,6 +49,14 @@ cudaError_t persistent(const tuned::FastGemmOperands& operands, cudaStream_t str
     if (status != cudaSuccess) return status;
     return tuned::version3::launchPersistentPlan<Plan>(operands, facts.multiprocessors, stream,
                                                        group_rows);
+}
+
+template <class Plan>
+cudaError_t cluster(const tuned::FastGemmOperands& operands, cudaStream_t stream, int group_rows) {
+    tuned::DeviceFacts facts;
+    const cudaError_t status = tuned::currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    return tuned::version4::launchClusterPlan<Plan>(operands, facts.clusters, stream, group_rows);
 }
 
 template <class Plan>
@@ -142,35 +151,48 @@ int main() {
                           choice.plan == tuned::PlanChoice::kHopperWide;
         const Launch launches[] = {
             wide ? persistent<tuned::HopperWidePlan> : persistent<tuned::HopperNarrowPlan>,
-            wide ? blockPerTile<tuned::HopperWidePlan> : blockPerTile<tuned::HopperNarrowPlan>};
+            wide ? blockPerTile<tuned::HopperWidePlan> : blockPerTile<tuned::HopperNarrowPlan>,
+            wide ? cluster<tuned::HopperWidePlan> : cluster<tuned::HopperNarrowPlan>};
         const size_t count = static_cast<size_t>(m) * n;
         std::vector<float> expected(count), got(count);
         CUDA_CHECK(launches[0](operands, 0, tuned::version3::kPersistentGroupRows));
         CUDA_CHECK(cudaMemcpy(expected.data(), operands.c, count * sizeof(float),
                               cudaMemcpyDeviceToHost));
 
-        // Every order's bits, against the launcher's own order's.
-        for (int group_rows : group_heights) {
-            CUDA_CHECK(cudaMemset(operands.c, 0xFF, count * sizeof(float)));
-            CUDA_CHECK(launches[0](operands, 0, group_rows));
-            CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float),
-                                  cudaMemcpyDeviceToHost));
-            const bool same = std::memcmp(got.data(), expected.data(), count * sizeof(float)) == 0;
-            if (!same)
-                printf("group height %d: FAIL (other bits than group height %d's)\n", group_rows,
-                       tuned::version3::kPersistentGroupRows);
-            all_same &= same;
-        }
+        // Every order's bits, on version 3 and on version 4 (the same MMAs in the same
+        // order for each tile), against the launcher's own order's.
+        for (int version : {0, 2})
+            for (int group_rows : group_heights) {
+                CUDA_CHECK(cudaMemset(operands.c, 0xFF, count * sizeof(float)));
+                CUDA_CHECK(launches[version](operands, 0, group_rows));
+                CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float),
+                                      cudaMemcpyDeviceToHost));
+                const bool same =
+                    std::memcmp(got.data(), expected.data(), count * sizeof(float)) == 0;
+                if (!same)
+                    printf("version %d, group height %d: FAIL (other bits than version 3's "
+                           "group height %d's)\n", version == 0 ? 3 : 4, group_rows,
+                           tuned::version3::kPersistentGroupRows);
+                all_same &= same;
+            }
         std::vector<Timed> runs;
         for (int group_rows : group_heights) runs.push_back(Timed{launches[0], group_rows});
+        for (int group_rows : group_heights) runs.push_back(Timed{launches[2], group_rows});
         runs.push_back(Timed{launches[1], tuned::kGroupRows});
         const std::vector<float> times = microsecondsInTurn(runs, operands);
         char label[32];
         snprintf(label, sizeof(label), "%d x %d x %d", m, n, k);
-        printf("%-22s %-26s", label, wide ? "version 3, 128 x 256" : "version 3, 128 x 128");
-        for (size_t i = 0; i + 1 < runs.size(); ++i)
-            printf("  %2d: %8.1f", runs[i].group_rows, times[i]);
-        printf("\n%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", tuned::kGroupRows,
+        const size_t heights = std::size(group_heights);
+        for (int version : {3, 4}) {
+            printf("%-22s version %d, %-16s", version == 3 ? label : "", version,
+                   wide ? "128 x 256" : "128 x 128");
+            for (size_t i = 0; i < heights; ++i) {
+                const size_t run = (version - 3) * heights + i;
+                printf("  %2d: %8.1f", runs[run].group_rows, times[run]);
+            }
+            printf("\n");
+        }
+        printf("%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", tuned::kGroupRows,
                times.back());
         CUDA_CHECK(cudaFree(device_a));
         CUDA_CHECK(cudaFree(device_b));

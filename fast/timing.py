@@ -135,13 +135,26 @@ def graph_microseconds(call, calls=200, replays=7):
     return statistics.median(timings)
 
 
+class InTurn(NamedTuple):
+    """One line's GPU microseconds per call in one direction of graphs_in_turn: the
+    median of its replays, and their spread, (slowest - fastest) / median."""
+    median: float
+    spread: float
+
+
+def in_turn(times):
+    median = statistics.median(times)
+    return InTurn(median, (max(times) - min(times)) / median)
+
+
 def graphs_in_turn(calls_of_lines, calls, rounds=7):
     """graph_microseconds for several lines at once, each line's graph replayed in
     turn with the others': a round replays every line once in order, then once in
-    reverse. Returns (in order, reversed): each line's median over its replays in
-    that direction. Timed one line after another, the order of the lines moved a
-    GPU time at the largest shapes (by more than a 3% lead: checks/NOTES.md, "the
-    position of a line"); in turn, a slow drift (of the card's clock, we guess)
+    reverse. Returns (in order, reversed): each line's InTurn over its replays in
+    that direction, the median and the spread. Timed one line after another, the
+    order of the lines moved a GPU time at the largest shapes (by more than a 3%
+    lead: checks/NOTES.md, "the position of a line"); in turn, a slow drift (of the
+    card's clock, we guess)
     reaches every line alike. Each timed replay follows an untimed replay of the
     same graph, so that no line starts on what its neighbour left. A line's
     position still moves it at the largest shapes (the same row says by how much):
@@ -159,8 +172,8 @@ def graphs_in_turn(calls_of_lines, calls, rounds=7):
         for index in reversed(range(len(graphs))):
             reversed_order[index].append(timed(index))
     del graphs
-    return ([statistics.median(times) for times in in_order],
-            [statistics.median(times) for times in reversed_order])
+    return ([in_turn(times) for times in in_order],
+            [in_turn(times) for times in reversed_order])
 
 
 def input_sets(m, n, k):

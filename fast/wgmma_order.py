@@ -23,7 +23,8 @@ them (the zeros written after it, a wait_group and the stores included). A fence
 tracked apart from the groups, so a fence after a wait_group 1 opens the next group.
 This check compiles fast/launch_policy.cu (every version) to PTX for compute_90a (the
 only target where the Hopper kernels have a body) and follows every path through each
-Hopper kernel (hopperGemmKernel and hopperPersistentKernel, each plan), branches and
+Hopper kernel (hopperGemmKernel, hopperPersistentKernel and hopperClusterKernel, each
+plan), branches and
 loops included, tracking which states each instruction can be reached in. Any MMA state
 error on any path is a problem. A kernel with no MMA, no fence, no
 commit or no wait at all is one too: then there is nothing to judge. It exits 0 when
@@ -40,13 +41,16 @@ from warp_barriers import BRANCH, END, LABEL, compiled_ptx  # noqa: E402
 
 ARCHITECTURE = "90a"
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+"
-                   r"(\S*hopper(?:Gemm|Persistent)Kernel\S*)\(")
+                   r"(\S*hopper(?:Gemm|Persistent|Cluster)Kernel\S*)\(")
 FENCE = re.compile(r"^\s*wgmma\.fence\b")
 MMA = re.compile(r"^\s*wgmma\.mma_async\b")
 COMMIT = re.compile(r"^\s*wgmma\.commit_group\b")
 WAIT = re.compile(r"^\s*wgmma\.wait_group\S*\s+(\d+);")
-# What needs every MMA finished: a stage handed back, a store of the accumulators.
-NEEDS_RESULTS = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:mbarrier\.arrive\.shared|st\.global)\b")
+# What needs every MMA finished: a stage handed back (to this block or, in version 4,
+# through the cluster's window), a store of the accumulators (to C, or to version 4's
+# staging buffers in shared memory).
+NEEDS_RESULTS = re.compile(
+    r"^\s*(?:@!?%\w+\s+)?(?:mbarrier\.arrive\.shared|st\.global|st\.shared)\b")
 
 # A state is (the groups' state, whether a fence is waiting for the next group). The
 # groups: no MMA outstanding, MMAs issued (a group open), groups committed.
