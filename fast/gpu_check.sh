@@ -26,8 +26,8 @@
 #   bash fast/gpu_check.sh cluster OUT    # version 4 (the same card): the gate forced to
 #                                         # it, the ordering build, racecheck, synccheck
 #                                         # and memcheck on the Hopper plans up to 512,
-#                                         # tma_store_order.py, version 4's planted bugs,
-#                                         # the tile order timed on versions 3 and 4
+#                                         # tma_store_order.py, the tile order timed on
+#                                         # versions 3 and 4, version 4's planted bugs
 #   bash fast/gpu_check.sh hopper-tables OUT  # the extension as an H100's user builds
 #                                         # it (no TORCH_CUDA_ARCH_LIST): HGMMA in its
 #                                         # SASS, the table forced to each kernel and
@@ -213,10 +213,10 @@ if [ "$part" = cluster ]; then
             --error-exitcode 1 "$out/gate" --small --hopper
     done
     step tma-store-order python3 fast/tma_store_order.py
-    step planted-bugs-cluster python3 fast/planted_bugs.py cluster
     step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
         -o "$out/tile_order" fast/tile_order.cu
     step tile-order "$out/tile_order"
+    step planted-bugs-cluster python3 fast/planted_bugs.py cluster
 fi
 
 if [ "$part" = hopper-tables ]; then

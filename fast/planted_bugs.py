@@ -3,6 +3,8 @@
     python fast/planted_bugs.py            (needs a GPU and nvcc): version 1's bugs
     python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernels'
     python fast/planted_bugs.py cluster    (the same card): version 4's own
+    python fast/planted_bugs.py PART "BUG" PART wmma, hopper or cluster: its copy with
+                                           no bug, and that one bug
 
 Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of
 the repository; an edit whose text a file no longer holds stops the run, naming the
@@ -213,10 +215,15 @@ BUGS = {
                     "arriveInBlock(&ring.empty[stage], rank);",
                     "arriveInBlock(&ring.empty[stage], clusterRank());")],
         (GATE, ORDERING_GATE), hopper=True, cluster=True),
-    "a consumer warp arrives for the next stage": Bug(
+    # Arrivals shifted by one stage (the next stage's barrier, or the previous one's)
+    # were planted first and pass both gates, rightly: the producer refills the stages
+    # in order, and in every pass one of its waits is stricter than it should be (for
+    # the next stage's barrier, stage 0's waits for the whole pass before it), which
+    # covers the others. A fixed stage changes the counts, and the ring stops.
+    "a consumer warp arrives in the other block for stage 0 alone": Bug(
         VERSION4, [("arriveInBlock(&ring.empty[stage], rank);",
-                    "arriveInBlock(&ring.empty[(stage + 1) % Plan::kStages], rank);")],
-        (ORDERING_GATE,), by_timing=(GATE,), hopper=True, cluster=True),
+                    "arriveInBlock(&ring.empty[rank == clusterRank() ? stage : 0], rank);")],
+        (GATE, ORDERING_GATE), hopper=True, cluster=True),
     "the multicast mask leaves the cluster's last block out": Bug(
         VERSION4, [("constexpr uint16_t kEveryBlock = (1 << kClusterSize) - 1;",
                     "constexpr uint16_t kEveryBlock = (1 << (kClusterSize - 1)) - 1;")],
@@ -324,7 +331,7 @@ def run_gate(folder, program, arguments, limit_s):
             f"{len(failing)} failing lines" + (f", e.g. {failing[0]}" if failing else ""))
 
 
-def main(part):
+def main(part, only=None):
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
@@ -339,7 +346,10 @@ def main(part):
     gate_arguments = ["--hopper"] if hopper else []
     gate_limit_s = HOPPER_GATE_LIMIT_S if hopper else None
     bugs = {name: bug for name, bug in BUGS.items()
-            if (bug.hopper == hopper and bug.cluster == (part == "cluster")) or not bug.edits}
+            if (bug.hopper == hopper and bug.cluster == (part == "cluster")
+                and only in (None, name)) or not bug.edits}
+    if only is not None and len(bugs) != 2:
+        sys.exit(f"planted_bugs: the {part} part has no bug named {only!r}")
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
         folders, builds = {}, {}
         for index, (name, bug) in enumerate(bugs.items()):
@@ -394,6 +404,6 @@ def main(part):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] not in ([], ["hopper"], ["cluster"]):
-        sys.exit("usage: python fast/planted_bugs.py [hopper | cluster]")
-    main(sys.argv[1] if sys.argv[1:] else "wmma")
+    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["cluster"]):
+        sys.exit("usage: python fast/planted_bugs.py [wmma | hopper | cluster] [BUG]")
+    main(sys.argv[1] if sys.argv[1:] else "wmma", sys.argv[2] if sys.argv[2:] else None)

@@ -3,6 +3,7 @@
     python fast/same_kernels.py COMMIT                  (nvcc and git; no GPU)
     python fast/same_kernels.py COMMIT --removed NAME   NAME (a kernel, as printed) is
                                                         meant to be gone since COMMIT
+    python fast/same_kernels.py COMMIT --added NAME     NAME is meant to be new since it
 
 A change that only moves source (between files, into a namespace, across lines) must
 leave every kernel as it was. For sm_75, sm_80 and sm_90a this compiles the library's
@@ -16,7 +17,7 @@ fast/*.cu without a main()), and compares kernel by kernel:
   - whether its .text section holds the same bytes.
 Kernels are matched by name and template arguments, namespaces dropped. The exit
 status is 1 where a count differs or a kernel is on one side only (but a --removed
-one, which must be gone); a difference in bytes alone is printed, not failed (a
+one, which must be gone, or an --added one, which must be new); a difference in bytes alone is printed, not failed (a
 shared-memory offset or an address moves the bytes, not the instructions).
 """
 import argparse
@@ -128,6 +129,8 @@ def main():
     parser.add_argument("commit", help="the commit whose kernels the working tree's must equal")
     parser.add_argument("--removed", action="append", default=[], metavar="KERNEL",
                         help="a kernel meant to be gone since the commit (repeatable)")
+    parser.add_argument("--added", action="append", default=[], metavar="KERNEL",
+                        help="a kernel meant to be new since the commit (repeatable)")
     arguments = parser.parse_args()
     commit = arguments.commit
     disassembler = nvdisasm()
@@ -151,9 +154,11 @@ def main():
                           for side in (before, after)]
                 same = before is not None and after is not None and before[:2] == after[:2]
                 removed = kernel in arguments.removed and after is None
-                differences += not (same or removed)
+                added = kernel in arguments.added and before is None
+                differences += not (same or removed or added)
                 bytes_alike = "yes" if same and before[2] == after[2] else "no"
-                verdict = "" if same else "   removed, as meant" if removed else "   DIFFERS"
+                verdict = ("" if same else "   removed, as meant" if removed
+                           else "   added, as meant" if added else "   DIFFERS")
                 print(f"{' ' * len(architecture)}  {kernel:<58}{counts[0]:>18}{counts[1]:>18}  "
                       f"{bytes_alike}{verdict}")
     print(f"\nsame_kernels: {differences} kernel(s) differ" if differences else
