@@ -249,7 +249,7 @@ def fast_kernel(kernel):
 
 
 def runs_hopper_kernel():
-    """Whether this card runs fast/'s Hopper kernels (versions 2 and 3): forced, the
+    """Whether this card runs fast/'s Hopper kernels (versions 2 to 4): forced, the
     operator refuses where it cannot."""
     a = torch.zeros(128, 16, device="cuda", dtype=torch.half)
     with fast_kernel("hopper"):

@@ -1,11 +1,12 @@
-// fast/common.cuh: what the fast operator's three versions must agree on.
+// fast/common.cuh: what the fast operator's four versions must agree on.
 //
-// The shape contract and the operands every kernel takes; then, for versions 2 and 3
+// The shape contract and the operands every kernel takes; then, for versions 2 to 4
 // (Hopper, sm_90a code), the tile plans' constants, the PTX wrappers (mbarriers, TMA,
 // wgmma), the swizzled layout that the tensor maps and the MMAs' descriptors share,
 // and the ring of stages with its barriers. Each version's own loop, producer,
 // consumers and epilogue are in its own file: version1_wmma.cuh, version2_hopper.cuh,
-// version3_persistent.cuh. launch_policy.cu includes all three and chooses.
+// version3_persistent.cuh, version4_cluster.cuh. launch_policy.cu includes all four and
+// chooses.
 //
 // This header defines kTileM, kTileN and kTileK for fast/binding.cpp (extern const),
 // so one translation unit includes it: launch_policy.cu (and the programs that include
@@ -232,7 +233,7 @@ constexpr uint32_t kIgnoredLeadingBytes = 16;
 #define DAY87_HOLD_HOPPER_CONSUMER()
 #endif
 
-// ---- The ring, which versions 2 and 3 walk alike ---------------------------------
+// ---- The ring, which versions 2 to 4 walk alike ----------------------------------
 // The ring of stages in shared memory, and each stage's two mbarriers. Both kernels
 // walk it by position: the position-th stage filled since the block started sits in
 // stage position % kStages, on pass position / kStages over the ring.

@@ -173,7 +173,7 @@ def _header_flags(toolkit):
     return [f"-idirafter{folder}" for folder in folders or []]
 
 
-# The Hopper kernels (versions 2 and 3) use wgmma, which nvcc accepts only for the sm_90a
+# The Hopper kernels (versions 2 to 4) use wgmma, which nvcc accepts only for the sm_90a
 # target, and no architecture list that torch derives names it: "9.0" builds plain
 # sm_90. cpp_extension writes "9.0a" as -gencode=arch=compute_90a,code=sm_90a (the
 # -arch=sm_90a shorthand has been seen to run a plain sm_90 pass too, which rejects

@@ -17,8 +17,9 @@ fast/*.cu without a main()), and compares kernel by kernel:
   - whether its .text section holds the same bytes.
 Kernels are matched by name and template arguments, namespaces dropped. The exit
 status is 1 where a count differs or a kernel is on one side only (but a --removed
-one, which must be gone, or an --added one, which must be new); a difference in bytes alone is printed, not failed (a
-shared-memory offset or an address moves the bytes, not the instructions).
+one, which must be gone, or an --added one, which must be new); a difference in bytes
+alone is printed, not failed (a shared-memory offset or an address moves the bytes,
+not the instructions).
 """
 import argparse
 import glob

@@ -4,7 +4,7 @@
 
 The lesson's build checks (keyed folders, locks, toolchain messages, ...) are
 checks/test_build.py's, and this folder's build is the lesson's: only what differs
-is checked here. The sm_90a target that the Hopper kernels (versions 2 and 3) need is added
+is checked here. The sm_90a target that the Hopper kernels (versions 2 to 4) need is added
 where a Hopper card may run the build, and only there. fast/binding.cpp needs cuBLAS's
 headers, which the lesson does not, and a toolkit without them, with no nvidia wheels
 to take them from, must be refused before compiling, the headers named.
