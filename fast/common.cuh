@@ -41,7 +41,7 @@ extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
 
 // Blocks walk the tiles in groups of 8 block-rows, column by column, so that the
 // blocks resident at one time share A rows and B columns and find them in L2 (the
-// lesson's order; version 3 times others in fast/tile_order.cu).
+// lesson's order; fast/tile_order.cu times others on versions 3 and 4).
 constexpr int kGroupRows = 8;
 
 // What one multiply reads and writes: the lesson's GemmOperands with the bias, under
@@ -57,7 +57,7 @@ struct FastGemmOperands {
 };
 
 // ---------------------------------------------------------------------------
-// Versions 2 and 3: the Hopper pipeline's shared parts (sm_90a code)
+// Versions 2 to 4: the Hopper pipeline's shared parts (sm_90a code)
 // ---------------------------------------------------------------------------
 // A plan: the block tile (128 x BlockN of C), 64 of K per stage, Stages deep.
 #if CUDART_VERSION >= 12000  // tensor maps and __grid_constant__: CUDA 12's headers
@@ -234,7 +234,7 @@ constexpr uint32_t kIgnoredLeadingBytes = 16;
 #endif
 
 // ---- The ring, which versions 2 to 4 walk alike ----------------------------------
-// The ring of stages in shared memory, and each stage's two mbarriers. Both kernels
+// The ring of stages in shared memory, and each stage's two mbarriers. The three kernels
 // walk it by position: the position-th stage filled since the block started sits in
 // stage position % kStages, on pass position / kStages over the ring.
 struct Ring {
@@ -275,7 +275,8 @@ __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned,
 
 // Tile `index` of C in grouped order: down group_rows rows of tiles, then across to
 // the next column, so that blocks running at the same time share rows of A and
-// columns of B in L2 (version 1's order, kGroupRows; fast/tile_order.cu times others).
+// columns of B in L2 (version 1's order, kGroupRows; fast/tile_order.cu times others on
+// versions 3 and 4).
 struct TileCoordinates {
     int row, col;
 };

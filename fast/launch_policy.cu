@@ -105,6 +105,29 @@ cudaError_t runsHopperCode(int device, bool* hopper) {
 }
 #endif
 
+#if CUDART_VERSION >= 12000
+// How many of version 4's clusters the current device holds at once, or 0 where the
+// runtime cannot say (then DAY87_FAST_KERNEL=cluster runs version 3): a failure here
+// must not fail the calls that never run version 4. Both plans take one block an SM
+// (version4_cluster.cuh asserts it), so the wide plan's count is the narrow one's. Asked
+// in relaxed capture mode, as the probe is, so that a first call inside a CUDA graph's
+// capture may ask.
+int residentClustersOrNone() {
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(&mode) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    int clusters = 0;
+    if (version4::residentClusters<HopperWidePlan>(&clusters) != cudaSuccess) {
+        cudaGetLastError();  // the failure is answered by 0, not left for the next call
+        clusters = 0;
+    }
+    cudaThreadExchangeStreamCaptureMode(&mode);  // the caller's mode, back
+    return clusters;
+}
+#endif
+
 // One entry per device ordinal, so that a thread that alternates between devices
 // probes each once (runsHopperCode waits for its probe). A device past the last entry
 // is asked at every call: correct, only slower.
@@ -128,9 +151,7 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
         int clusters = 0;
 #if CUDART_VERSION >= 12000
         if ((status = runsHopperCode(device, &hopper)) != cudaSuccess) return status;
-        if (hopper &&
-            (status = version4::residentClusters<HopperWidePlan>(&clusters)) != cudaSuccess)
-            return status;
+        if (hopper) clusters = residentClustersOrNone();
 #endif
         cached = DeviceFacts{true, compiled.ptxVersion < 80,
                              compiled.ptxVersion >= 90 && CUDART_VERSION >= 12000, hopper,
@@ -206,10 +227,11 @@ struct LaunchChoice {
 // The Hopper kernels, where the device runs them, take every grid of at least as many
 // 128 x 128 tiles as SMs: version 3, the persistent one (faster than version 2 at
 // 4096^3 and 8192 x 4096 x 4096, level at 2048^3 and 8192^3: checks/NOTES.md, "The
-// Hopper kernel"); version 2 and version 4 only where forced (version 4 is not yet
-// measured ahead of version 3 by its 2%: checks/NOTES.md, "Version 4"; forced, it takes
-// an even number of tile rows, and version 3 the rest). Smaller grids stay with version 1's small
-// tiles and split K (the Hopper kernels do not split K, and lose there). The wide
+// Hopper kernel"); version 2 and version 4 only where forced. Version 4 would be chosen
+// where it measures at least 2% faster than version 3 in both orders at two large
+// shapes; it measured level or slower (checks/NOTES.md, "Version 4"). Forced, it takes
+// an even number of tile rows, and version 3 the rest. Smaller grids stay with version
+// 1's small tiles and split K (the Hopper kernels do not split K, and lose there). The wide
 // tile where 256 divides N and the wide grid takes at most half as many waves of
 // blocks as the narrow one (a wave of wide tiles lasts about two of narrow ones;
 // 2048^3: one wave of 128 wide tiles against two of 256 narrow ones, and the wide
@@ -236,12 +258,12 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
         };
         const bool wide = n % HopperWidePlan::kBlockN == 0 &&
                           (forced_hopper || 2 * waves(large_tiles / 2) <= waves(large_tiles));
-        // Version 4's clusters take tiles in pairs along M: an odd number of them is
-        // version 3's.
-        const bool pairs = m / kTileM % version4::kClusterSize == 0 && facts.clusters > 0;
+        // Version 4's clusters take tiles in pairs along M: an odd number of them (or a
+        // device whose clusters could not be counted) is version 3's.
+        const bool even_rows = m / kTileM % version4::kClusterSize == 0 && facts.clusters > 0;
         if (wanted == KernelSwitch::kHopper)
             *choice = LaunchChoice{wide ? PlanChoice::kHopperWide : PlanChoice::kHopperNarrow, 1};
-        else if (wanted == KernelSwitch::kCluster && pairs)
+        else if (wanted == KernelSwitch::kCluster && even_rows)
             *choice = LaunchChoice{wide ? PlanChoice::kClusterWide : PlanChoice::kClusterNarrow, 1};
         else
             *choice =

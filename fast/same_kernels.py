@@ -135,6 +135,7 @@ def main():
     arguments = parser.parse_args()
     commit = arguments.commit
     disassembler = nvdisasm()
+    named = {kernel: set() for kernel in arguments.removed + arguments.added}  # where seen
     print(f"instructions counted by {disassembler or 'the .text sections (16 bytes each)'}; "
           + subprocess.run([NVCC, "--version"], capture_output=True,
                            text=True).stdout.split()[-1])
@@ -156,15 +157,26 @@ def main():
                 same = before is not None and after is not None and before[:2] == after[:2]
                 removed = kernel in arguments.removed and after is None
                 added = kernel in arguments.added and before is None
-                differences += not (same or removed or added)
-                bytes_alike = "yes" if same and before[2] == after[2] else "no"
-                verdict = ("" if same else "   removed, as meant" if removed
+                # named gone or new, and still there or there before
+                not_as_named = kernel in named and not (removed or added)
+                if kernel in named:
+                    named[kernel].add(architecture)
+                differences += not (same or removed or added) or not_as_named
+                bytes_alike = ("-" if removed or added
+                               else "yes" if same and before[2] == after[2] else "no")
+                verdict = ("   NOT GONE OR NEW, as named" if not_as_named else "" if same
+                           else "   removed, as meant" if removed
                            else "   added, as meant" if added else "   DIFFERS")
                 print(f"{' ' * len(architecture)}  {kernel:<58}{counts[0]:>18}{counts[1]:>18}  "
                       f"{bytes_alike}{verdict}")
+    # A name given that no architecture's kernels hold is a typo, not a kernel gone or new.
+    unknown = sorted(kernel for kernel, architectures in named.items() if not architectures)
+    for kernel in unknown:
+        print(f"same_kernels: no kernel named {kernel!r} on either side")
     print(f"\nsame_kernels: {differences} kernel(s) differ" if differences else
-          "\nsame_kernels: every kernel has the same instruction count and registers")
-    sys.exit(1 if differences else 0)
+          "\nsame_kernels: every kernel on both sides has the same instruction count and "
+          "registers" + (" (and those named are gone or new, as meant)" if named else ""))
+    sys.exit(1 if differences or unknown else 0)
 
 
 if __name__ == "__main__":

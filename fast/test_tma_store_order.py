@@ -55,8 +55,9 @@ def test_the_model(body, problem):
         assert problems and all(problem in text for text in problems), problems
 
 
-def test_the_end_waits_for_the_stores():
-    problems = store_problems_in("kernel", [*SUB_TILE, "ret;"], buffers=2)
+@pytest.mark.parametrize("end", ["ret;", "@%p2 exit;"])
+def test_the_end_waits_for_the_stores(end):
+    problems = store_problems_in("kernel", [*SUB_TILE, end], buffers=2)
     assert problems and "ends with TMA stores not waited for" in problems[0]
 
 

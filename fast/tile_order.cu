@@ -5,7 +5,8 @@
 // group height decides how much of both stays in L2 between the blocks that share
 // them. This times the launcher's plan at the forward's large shapes with each group
 // height, and version 4's (its clusters walk pairs of tile rows in groups of the same
-// height), beside version 2 (a block per tile, kGroupRows), with no PyTorch.
+// height, so that its heights 1 and 2 are one order), beside version 2 (a block per
+// tile, kGroupRows), with no PyTorch.
 //
 // Build and run from the lesson's folder, on a Hopper card (H100, H200):
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/tile_order fast/tile_order.cu &&

@@ -154,11 +154,11 @@ def graphs_in_turn(calls_of_lines, calls, rounds=7):
     that direction, the median and the spread. Timed one line after another, the
     order of the lines moved a GPU time at the largest shapes (by more than a 3%
     lead: checks/NOTES.md, "the position of a line"); in turn, a slow drift (of the
-    card's clock, we guess)
-    reaches every line alike. Each timed replay follows an untimed replay of the
-    same graph, so that no line starts on what its neighbour left. A line's
-    position still moves it at the largest shapes (the same row says by how much):
-    the two directions show it, and a lead smaller than that is not shown."""
+    card's clock, we guess) reaches every line alike. Each timed replay follows an
+    untimed replay of the same graph, so that no line starts on what its neighbour
+    left. A line's position still moves it at the largest shapes (the same row says
+    by how much): the two directions show it, and a lead smaller than that is not
+    shown."""
     graphs = [captured(call, calls) for call in calls_of_lines]
     in_order, reversed_order = ([[] for _ in graphs] for _ in range(2))
 

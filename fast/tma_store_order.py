@@ -20,7 +20,10 @@ The check reads the PTX of fast/launch_policy.cu for compute_90a (as wgmma_order
 does) and walks each hopperClusterKernel in text order: storeTile's loop over the
 sub-tiles is unrolled, and its first sub-tile's wait stands before its writes, so
 the text holds every store's order, the loop's wrap from one tile to the next
-included. It exits 0 when every kernel's stores are in order, 1 otherwise.
+included. What it does not see: which thread runs an instruction. A bulk store's
+group belongs to the thread that issued it, so a wait run by another thread would
+pass here and order nothing; storeTile issues and waits in one thread, `issuer`.
+It exits 0 when every kernel's stores are in order, 1 otherwise.
 """
 
 import os
@@ -29,7 +32,7 @@ import sys
 
 FAST = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, FAST)
-from warp_barriers import END, compiled_ptx  # noqa: E402
+from warp_barriers import compiled_ptx  # noqa: E402
 
 ARCHITECTURE = "90a"
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S*hopperClusterKernel\S*)\(")
@@ -41,6 +44,7 @@ STORE = re.compile(GUARD + r"cp\.async\.bulk\.tensor\.\dd\.global\.shared::cta\b
 COMMIT = re.compile(GUARD + r"cp\.async\.bulk\.commit_group\b")
 READ_WAIT = re.compile(GUARD + r"cp\.async\.bulk\.wait_group\.read\s+(\d+);")
 WRITE_WAIT = re.compile(GUARD + r"cp\.async\.bulk\.wait_group\s+(\d+);")
+END = re.compile(GUARD + r"(?:ret|exit);")
 
 
 def staging_buffers(folder):

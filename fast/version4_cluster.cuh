@@ -59,6 +59,9 @@ struct ClusterLayout {
     static_assert(Plan::kBlockN % kStoreColumns == 0, "whole staging boxes across the tile");
     static_assert(Plan::kBlockN / Plan::kBoxColumns % kClusterSize == 0,
                   "B's boxes split evenly between the cluster's blocks");
+    // More than half an SM's 228 KB: one block an SM, whichever plan (so one count of
+    // resident clusters serves both: launch_policy.cu's residentClustersOrNone).
+    static_assert(2 * kSharedBytes > 228 * 1024, "one block an SM");
 };
 
 // ---- The cluster's pieces, each one PTX instruction --------------------------
@@ -226,7 +229,7 @@ __device__ __forceinline__ void storeTile(const FastGemmOperands& operands,
     const int thread = threadIdx.x % 128, lane = threadIdx.x % 32;
     const bool issuer = thread == 0;
     const int row = (thread / 32) * 16 + lane / 4;  // and row + 8, in the consumer's 64
-    const int row_in_tile = tile.row * Plan::kBlockM + consumer * kStoreRows;
+    const int first_row = tile.row * Plan::kBlockM + consumer * kStoreRows;  // of C
     const uint32_t buffers = sharedAddress(staging) + consumer * kStoreBuffers * kStoreBufferBytes;
 #pragma unroll
     for (int sub_tile = 0; sub_tile < Plan::kBlockN / kStoreColumns; ++sub_tile) {
@@ -258,7 +261,7 @@ __device__ __forceinline__ void storeTile(const FastGemmOperands& operands,
         }
         fenceSharedForTma();
         consumerBarrier(consumer);
-        if (issuer) storeBox(map_c, first_col, row_in_tile, buffer);
+        if (issuer) storeBox(map_c, first_col, first_row, buffer);
     }
 }
 
@@ -370,11 +373,14 @@ cudaError_t residentClusters(int* clusters) {
 
 // One cluster plan on `stream`: `clusters` clusters (residentClusters' count), or one
 // per pair of tiles where there are fewer. The caller has checked that the plan's
-// block tile divides N, that M is an even number of them, and that this device runs
-// the kernel's body (launch_policy.cu's DeviceFacts::hopper).
+// block tile divides N and that this device runs the kernel's body (launch_policy.cu's
+// DeviceFacts::hopper); an odd number of tile rows (whose last row no cluster would
+// write) or no clusters is refused here.
 template <class Plan>
 cudaError_t launchClusterPlan(const FastGemmOperands& operands, int clusters,
                               cudaStream_t stream, int group_rows = kGroupRows) {
+    if (operands.m % (kClusterSize * Plan::kBlockM) != 0 || clusters < 1)
+        return cudaErrorInvalidValue;
     CUtensorMap map_a, map_b, map_c;
     cudaError_t status = describeMatrix(&map_a, operands.a, operands.m, operands.k, Plan::kBlockM);
     if (status == cudaSuccess)

@@ -50,7 +50,7 @@ WAIT = re.compile(r"^\s*wgmma\.wait_group\S*\s+(\d+);")
 # through the cluster's window), a store of the accumulators (to C, or to version 4's
 # staging buffers in shared memory).
 NEEDS_RESULTS = re.compile(
-    r"^\s*(?:@!?%\w+\s+)?(?:mbarrier\.arrive\.shared|st\.global|st\.shared)\b")
+    r"^\s*(?:@!?%\w+\s+)?(?:mbarrier\.arrive(?:\.\w+)*\.shared|st\.global|st\.shared)\b")
 
 # A state is (the groups' state, whether a fence is waiting for the next group). The
 # groups: no MMA outstanding, MMAs issued (a group open), groups committed.
