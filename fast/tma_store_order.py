@@ -33,6 +33,7 @@ import sys
 FAST = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, FAST)
 from warp_barriers import compiled_ptx  # noqa: E402
+from wgmma_order import kernel_bodies  # noqa: E402
 
 ARCHITECTURE = "90a"
 ENTRY = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.entry\s+(\S*hopperClusterKernel\S*)\(")
@@ -101,19 +102,9 @@ def store_problems_in(name, lines, buffers):
     return list(dict.fromkeys(problems))
 
 
-def kernel_bodies(ptx):
-    """{entry name: its lines} for every version 4 kernel in the PTX."""
-    bodies = {}
-    for part in re.split(r"(?m)^(?=\s*(?:\.visible\s+|\.weak\s+)?\.entry\s)", ptx):
-        entry = ENTRY.match(part)
-        if entry:
-            bodies[entry.group(1)] = part.splitlines()
-    return bodies
-
-
 def store_problems(folder):
     """Every problem in `folder`'s version 4 kernels; an empty list when there is none."""
-    bodies = kernel_bodies(compiled_ptx(folder, ARCHITECTURE))
+    bodies = kernel_bodies(compiled_ptx(folder, ARCHITECTURE), ENTRY)
     buffers = staging_buffers(folder)
     problems = [] if bodies else [f"compute_{ARCHITECTURE}: no hopperClusterKernel in the PTX"]
     for name, lines in bodies.items():

@@ -58,12 +58,13 @@ IDLE, ISSUED, COMMITTED = "no MMA outstanding", "MMAs issued", "committed"
 START = (IDLE, False)
 
 
-def kernel_bodies(ptx):
-    """{entry name: its lines} for every Hopper kernel: each entry's text up to the
-    next entry (inline assembly's own braces rule out ending at the first '}')."""
+def kernel_bodies(ptx, entries=ENTRY):
+    """{entry name: its lines} for every kernel whose entry matches `entries` (every
+    Hopper kernel): each entry's text up to the next entry (inline assembly's own
+    braces rule out ending at the first '}')."""
     bodies = {}
     for part in re.split(r"(?m)^(?=\s*(?:\.visible\s+|\.weak\s+)?\.entry\s)", ptx):
-        entry = ENTRY.match(part)
+        entry = entries.match(part)
         if entry:
             bodies[entry.group(1)] = part.splitlines()
     return bodies
