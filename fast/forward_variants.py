@@ -33,7 +33,7 @@ MULTIPLY_ONLY = "the multiply alone: what the reduction costs (timing only; wron
 LAST_STAGE_DROPPED = "the multiply alone, K's last stage left out: wrong on purpose"
 LAUNCHES = {
     PLAN: "version1::launchPlan<version1::{plan}>(operands, splits, workspace, "
-          "facts.dependent_launch, stream)",
+          "facts.sm90_code, stream)",
     IN_ORDER: "version1::launchPlan<version1::{plan}>(operands, splits, workspace, false, stream)",
     MULTIPLY_ONLY: "multiplyAlone<version1::{plan}>(operands, splits, workspace, 0, stream)",
     LAST_STAGE_DROPPED: "multiplyAlone<version1::{plan}>(operands, 1, workspace, 1, stream)",

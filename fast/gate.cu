@@ -90,10 +90,12 @@ __device__ void holdBriefly() {
     } while (0)
 
 // What a run checks, from main's arguments: --small leaves out every shape with a
-// dimension past 512 (compute-sanitizer runs a kernel many times slower), and
-// --hopper checks the Hopper plans alone (fast/planted_bugs.py's Hopper bugs).
+// dimension past 512 (compute-sanitizer runs a kernel many times slower), --hopper
+// checks the Hopper plans alone (fast/planted_bugs.py's Hopper bugs), and --split
+// version 5's plan alone (its split bugs).
 int size_limit = INT_MAX;
 bool hopper_only = false;
+bool split_only = false;
 
 // ---------------------------------------------------------------------------
 // CPU reference
@@ -143,9 +145,11 @@ cudaError_t launchChosen(const tuned::FastGemmOperands& operands, int, float* wo
 // `extremes` draws a and b from FP16's edges as well as from N(0, 1): the largest
 // finite value (65504), the smallest normal (2^-14) and the smallest subnormal
 // (2^-24), each of either sign. Every shape is multiplied twice into a poisoned C,
-// and the two results must have the same bits.
+// and the two results must have the same bits; with `same_bits_as`, a third time by
+// that launcher, which must give those bits too.
 bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, int n, int k,
-                std::mt19937& generator, bool with_bias = false, bool extremes = false) {
+                std::mt19937& generator, bool with_bias = false, bool extremes = false,
+                Launcher same_bits_as = nullptr) {
     if (m > size_limit || n > size_limit || k > size_limit) return true;  // left out of this run
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const float edges[] = {65504.0f, std::ldexp(1.0f, -14), std::ldexp(1.0f, -24)};
@@ -190,15 +194,20 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
     operands.n = n;
     operands.k = k;
     operands.bias = device_bias;
-    std::vector<float> c(static_cast<size_t>(m) * n), again(c.size());
-    for (std::vector<float>* result : {&c, &again}) {
+    std::vector<float> c(static_cast<size_t>(m) * n), again(c.size()), other(c.size());
+    for (std::vector<float>* result : {&c, &again, &other}) {
+        if (result == &other && same_bits_as == nullptr) break;
         CUDA_CHECK(cudaMemset(device_c, 0xFF, c.size() * sizeof(float)));
-        CUDA_CHECK(launch(operands, splits, workspace, /*stream=*/0));
+        CUDA_CHECK((result == &other ? same_bits_as : launch)(operands, splits, workspace,
+                                                               /*stream=*/0));
         CUDA_CHECK(cudaDeviceSynchronize());  // a program of its own may wait; an operator may not
         CUDA_CHECK(cudaMemcpy(result->data(), device_c, c.size() * sizeof(float),
                               cudaMemcpyDeviceToHost));
     }
-    const bool same_bits = std::memcmp(c.data(), again.data(), c.size() * sizeof(float)) == 0;
+    const bool same_bits =
+        std::memcmp(c.data(), again.data(), c.size() * sizeof(float)) == 0 &&
+        (same_bits_as == nullptr ||
+         std::memcmp(c.data(), other.data(), c.size() * sizeof(float)) == 0);
     CUDA_CHECK(cudaFree(device_a));
     CUDA_CHECK(cudaFree(device_b));
     CUDA_CHECK(cudaFree(device_c));
@@ -228,6 +237,7 @@ bool checkShape(const char* launcher_name, Launcher launch, int splits, int m, i
                  with_bias ? ", bias" : "", extremes ? ", FP16 edges" : "");
     printf("%-48s %5d x %5d x %5d   %6.2f%% of bound   %s\n", name, m, n, k, 100.0 * worst,
            !finite      ? "FAIL (NaN or unwritten output)"
+           : !same_bits && same_bits_as ? "FAIL (a second run, or the other launcher, other bits)"
            : !same_bits ? "FAIL (a second run gave other bits)"
            : pass       ? "pass"
                         : "FAIL");
@@ -241,7 +251,7 @@ cudaError_t launchWmma(const tuned::FastGemmOperands& operands, int splits, floa
     tuned::DeviceFacts facts;
     const cudaError_t status = tuned::currentDeviceFacts(&facts);
     if (status != cudaSuccess) return status;
-    return tuned::version1::launchPlan<Plan>(operands, splits, workspace, facts.dependent_launch,
+    return tuned::version1::launchPlan<Plan>(operands, splits, workspace, facts.sm90_code,
                                              stream);
 }
 
@@ -267,6 +277,42 @@ bool checkPlan(const char* name, std::mt19937& generator) {
 }
 
 #if CUDART_VERSION >= 12000
+// Version 5's plan directly, as the launcher launches it on this device.
+template <class Plan>
+cudaError_t launchSplit(const tuned::FastGemmOperands& operands, int splits, float*,
+                        cudaStream_t stream) {
+    tuned::DeviceFacts facts;
+    const cudaError_t status = tuned::currentDeviceFacts(&facts);
+    if (status != cudaSuccess) return status;
+    return tuned::version5::launchClusterSplitPlan<Plan>(operands, splits, facts.sm90_code,
+                                                         stream);
+}
+
+// Version 5 directly, each shape also run by version 1's two launches with the same
+// splits, whose bits it must give: K = 48 in two splits of one stage (the second
+// half-filled); 272 (nine stages, the last half-filled) asked in 2, 4 and 8 splits,
+// which become 2, 3 and 5 (no empty split); 384 in 3 and 7, which becomes 6 (a
+// tile's 64 rows shared unevenly among the splits for the reduction); a K of 4096 in
+// 8; the bias; FP16's edges.
+template <class Plan>
+bool checkSplitPlan(const char* name, std::mt19937& generator) {
+    const Launcher launch = launchSplit<Plan>, two_launches = launchWmma<Plan>;
+    constexpr int kM = 2 * Plan::kBlockM, kN = 3 * Plan::kBlockN;
+    bool pass = checkShape(name, launch, 2, kM, kN, 48, generator, false, false, two_launches);
+    for (int splits : {2, 4, 8})
+        pass &= checkShape(name, launch, splits, kM, kN, 272, generator, false, false,
+                           two_launches);
+    for (int splits : {3, 7})
+        pass &= checkShape(name, launch, splits, kM, kN, 384, generator, false, false,
+                           two_launches);
+    pass &= checkShape(name, launch, 8, kM, kN, 4096, generator, false, false, two_launches);
+    pass &= checkShape(name, launch, 4, kM, kN, 272, generator, /*with_bias=*/true, false,
+                       two_launches);
+    pass &= checkShape(name, launch, 3, kM, kN, 384, generator, true, /*extremes=*/true,
+                       two_launches);
+    return pass;
+}
+
 // A Hopper plan directly, on version 2 (a block per tile) or version 3 (persistent),
 // as their launchers take it (neither splits K).
 template <class Plan>
@@ -437,10 +483,12 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--small")) {
             size_limit = 512;
-        } else if (!std::strcmp(argv[i], "--hopper")) {
+        } else if (!std::strcmp(argv[i], "--hopper") && !split_only) {
             hopper_only = true;
+        } else if (!std::strcmp(argv[i], "--split") && !hopper_only) {
+            split_only = true;
         } else {
-            fprintf(stderr, "usage: %s [--small] [--hopper]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--small] [--hopper | --split]\n", argv[0]);
             return EXIT_FAILURE;
         }
     }
@@ -455,13 +503,13 @@ int main(int argc, char** argv) {
 #else
     const char* build = "";
 #endif
-    printf("gate: %s, sm_%d%d, %d SMs%s%s%s\n", properties.name, properties.major, properties.minor,
-           properties.multiProcessorCount, build,
+    printf("gate: %s, sm_%d%d, %d SMs%s%s%s%s\n", properties.name, properties.major,
+           properties.minor, properties.multiProcessorCount, build,
            size_limit < INT_MAX ? ", shapes up to 512 only" : "",
-           hopper_only ? ", the Hopper plans only" : "");
+           hopper_only ? ", the Hopper plans only" : "", split_only ? ", version 5 only" : "");
     std::mt19937 generator(87);
     bool all_pass = true;
-    if (!hopper_only) {
+    if (!hopper_only && !split_only) {
         all_pass &= checkPlan<tuned::version1::SquarePlan>("SquarePlan", generator);
         all_pass &= checkPlan<tuned::version1::SmallGridPlan>("SmallGridPlan", generator);
         all_pass &= checkPlan<tuned::version1::TuringPlan>("TuringPlan", generator);
@@ -469,7 +517,10 @@ int main(int argc, char** argv) {
     tuned::DeviceFacts facts;
     CUDA_CHECK(tuned::currentDeviceFacts(&facts));
 #if CUDART_VERSION >= 12000
-    if (facts.hopper) {
+    if (!hopper_only && facts.sm90_code)
+        all_pass &= checkSplitPlan<tuned::version1::SmallGridPlan>("SmallGridPlan in clusters",
+                                                                   generator);
+    if (facts.hopper && !split_only) {
         all_pass &= checkHopperPlan<tuned::HopperWidePlan>(
             "HopperWidePlan", launchHopper<tuned::HopperWidePlan>, generator);
         all_pass &= checkHopperPlan<tuned::HopperNarrowPlan>(
@@ -506,12 +557,14 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaFree(matrix));
     }
 #endif
-    if (!facts.hopper)
+    if (!facts.hopper && !split_only)
         printf("Hopper plans: not run, this device runs no sm_90a code (a card of capability "
                "9.0 and -gencode=arch=compute_90a,code=sm_90a run them)\n");
+    if (!facts.sm90_code)
+        printf("version 5: not run, this device runs no code for sm_90 or newer\n");
 
-    if (hopper_only) {
-        all_pass &= facts.hopper;  // nothing checked is no pass
+    if (hopper_only || split_only) {
+        all_pass &= hopper_only ? facts.hopper : facts.sm90_code;  // nothing checked is no pass
         printf("gate: %s\n", all_pass ? "PASS" : "FAIL");
         return all_pass ? EXIT_SUCCESS : EXIT_FAILURE;
     }
@@ -537,9 +590,11 @@ int main(int argc, char** argv) {
             : choice.plan == tuned::PlanChoice::kPersistentNarrow ? "HopperNarrow, persistent"
             : choice.plan == tuned::PlanChoice::kClusterWide      ? "HopperWide, cluster"
             : choice.plan == tuned::PlanChoice::kClusterNarrow    ? "HopperNarrow, cluster"
+            : choice.plan == tuned::PlanChoice::kSplitInCluster   ? "SmallGrid in clusters"
                                                                   : "Square";
         const bool hopper = choice.plan != tuned::PlanChoice::kTuring &&
                             choice.plan != tuned::PlanChoice::kSmallGrid &&
+                            choice.plan != tuned::PlanChoice::kSplitInCluster &&
                             choice.plan != tuned::PlanChoice::kSquare;
         if (hopper)  // the Hopper kernels never split K
             snprintf(name, sizeof(name), "launcher: %s", plan);

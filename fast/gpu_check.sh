@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fast/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
-# in seven parts that each run on their own, none of them long.
+# in eight parts that each run on their own, none of them long.
 #
 #   bash fast/gpu_check.sh gate OUT       # fast/gate.cu and its ordering build,
 #                                         # compute-sanitizer on the gate and on the
@@ -28,6 +28,10 @@
 #                                         # and memcheck on the Hopper plans up to 512,
 #                                         # tma_store_order.py, the tile order timed on
 #                                         # versions 3 and 4, version 4's planted bugs
+#   bash fast/gpu_check.sh split OUT      # version 5 (sm_90 and up): the gate, forced to
+#                                         # it, its ordering build, the sanitizers at
+#                                         # shapes up to 512, its planted bugs, the table
+#                                         # forced to it, which kernel and plan ran
 #   bash fast/gpu_check.sh hopper-tables OUT  # the extension as an H100's user builds
 #                                         # it (no TORCH_CUDA_ARCH_LIST): HGMMA in its
 #                                         # SASS, the table forced to each kernel and
@@ -41,12 +45,12 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75 | hopper | cluster | hopper-tables)
+    gate | bench | forward | compute75 | hopper | cluster | split | hopper-tables)
         [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; }
         ;;
     *)
         echo "usage: bash fast/gpu_check.sh" \
-            "gate|bench|forward|compute75|hopper|cluster|hopper-tables OUT" >&2
+            "gate|bench|forward|compute75|hopper|cluster|split|hopper-tables OUT" >&2
         exit 2
         ;;
 esac
@@ -68,8 +72,8 @@ step() {  # step NAME COMMAND...: run, log, and count a failure
     [ "$status" -eq 0 ] || failures=$((failures + 1))
 }
 
-# Which tile plan day87_fast::wmma_mm ran, by the kernel's name in the profiler; it
-# fails unless the name holds EXPECTED_PLAN.
+# Which kernel and tile plan day87_fast::wmma_mm ran at the lesson's first shape, by the
+# kernel's name in the profiler; it fails unless the name holds EXPECTED_PLAN.
 plan_run='import os, sys
 sys.path.insert(0, "fast")
 import torch, fast_op
@@ -78,7 +82,7 @@ b = torch.randn(384, 512, dtype=torch.half, device="cuda")
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
     fast_op.wmma_mm(a, b)
     torch.cuda.synchronize()
-names = sorted({event.name for event in profile.events() if "wmmaGemmKernel" in event.name})
+names = sorted({event.name for event in profile.events() if "tuned::" in event.name})
 print("kernels run:", names)
 assert any(os.environ["EXPECTED_PLAN"] in name for name in names), '
 plan_run+='"expected " + os.environ["EXPECTED_PLAN"]'
@@ -219,6 +223,28 @@ if [ "$part" = cluster ]; then
     step planted-bugs-cluster python3 fast/planted_bugs.py cluster
 fi
 
+if [ "$part" = split ]; then
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/gate" fast/gate.cu
+    step gate "$out/gate"
+    step gate-split-forced env DAY87_FAST_KERNEL=split "$out/gate"
+    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" fast/gate.cu
+    step gate-ordering "$out/gate_ordering"
+    # version 5's plan alone, at shapes up to 512 (the hopper and cluster parts sanitize
+    # the Hopper plans)
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-split-small-$tool" compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 "$out/gate" --small --split
+    done
+    step sanitize-torch-split-memcheck env DAY87_FAST_KERNEL=split compute-sanitizer \
+        --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step table-split env DAY87_FAST_KERNEL=split python3 fast/test_fast.py
+    split_plan="wmmaClusterSplitKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
+    step plan-run env DAY87_FAST_KERNEL=split EXPECTED_PLAN="$split_plan" python3 -c "$plan_run"
+    step planted-bugs-split python3 fast/planted_bugs.py split
+fi
+
 if [ "$part" = hopper-tables ]; then
     # The list a user's H100 or H200 gets from its card, 9.0+PTX: plain sm_90 code, to
     # which fast_op.py adds sm_90a; the driver must choose the latter for the kernel to run.
@@ -244,7 +270,7 @@ try:
     fast_op.wmma_mm(a, a.new_zeros(16, 128))
 except RuntimeError as error:
     print('refused:', error)
-    assert 'must be cluster, persistent, hopper, wmma or auto' in str(error)
+    assert 'must be split, cluster, persistent, hopper, wmma or auto' in str(error)
     assert \"'cublas'\" in str(error)
 else:
     sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"

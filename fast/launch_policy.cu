@@ -1,4 +1,4 @@
-// fast/launch_policy.cu: which of the fast forward's four versions runs a call, and
+// fast/launch_policy.cu: which of the fast forward's five versions runs a call, and
 // launchFastGemm, the launcher that fast/binding.cpp calls.
 //
 // The versions, each in a file of its own, the simplest first:
@@ -9,7 +9,10 @@
 //   3. version3_persistent.cuh, hopperPersistentKernel: version 2's pipeline in a
 //      persistent grid; where the launcher would choose version 2;
 //   4. version4_cluster.cuh, hopperClusterKernel: version 3's in clusters of two
-//      blocks, B multicast, C stored by TMA; only where forced (chooseLaunch says why).
+//      blocks, B multicast, C stored by TMA; only where forced (chooseLaunch says why);
+//   5. version5_split_cluster.cuh, wmmaClusterSplitKernel: version 1 with K split, the
+//      splits of a tile in one cluster, added through distributed shared memory in
+//      the same launch; sm_90 and up, only where forced (chooseLaunch says why).
 // What they share is in common.cuh. Here: the device's facts (asked once per device
 // and thread), DAY87_FAST_KERNEL, chooseLaunch (the policy, and the figures behind
 // it), and the launcher. Every figure behind a choice is in checks/NOTES.md.
@@ -36,6 +39,7 @@
 #include "version2_hopper.cuh"
 #include "version3_persistent.cuh"
 #include "version4_cluster.cuh"
+#include "version5_split_cluster.cuh"
 
 namespace tuned {
 
@@ -50,7 +54,8 @@ namespace tuned {
 struct DeviceFacts {
     bool known;             // asked already
     bool turing;            // code for below sm_80: no cp.async (TuringPlan)
-    bool dependent_launch;  // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
+    bool sm90_code;         // code for sm_90 and up, CUDA 12 or newer: letDependentsStart
+                            // (version 1's reduction) and clusters (version 5)
     bool hopper;            // sm_90a code with the Hopper kernels' bodies, and TMA's encoder
     int multiprocessors;
     int clusters;           // version 4's clusters resident at once (where hopper, else 0)
@@ -161,16 +166,17 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
     return cudaSuccess;
 }
 
-// Which kernel a call runs: DAY87_FAST_KERNEL=cluster (version 4), persistent
-// (version 3), hopper (version 2) or wmma (version 1) forces one, and unset (or auto)
-// lets chooseLaunch choose. It is read at every call, so that one process
+// Which kernel a call runs: DAY87_FAST_KERNEL=split (version 5), cluster (version 4),
+// persistent (version 3), hopper (version 2) or wmma (version 1) forces one, and unset
+// (or auto) lets chooseLaunch choose. It is read at every call, so that one process
 // can time both (fast/bench.py); a CUDA graph keeps the kernel it captured.
-enum class KernelSwitch { kAuto, kCluster, kPersistent, kHopper, kWmma, kUnknown };
+enum class KernelSwitch { kAuto, kSplit, kCluster, kPersistent, kHopper, kWmma, kUnknown };
 
 KernelSwitch kernelSwitch() {
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto"))
         return KernelSwitch::kAuto;
+    if (!std::strcmp(value, "split")) return KernelSwitch::kSplit;
     if (!std::strcmp(value, "cluster")) return KernelSwitch::kCluster;
     if (!std::strcmp(value, "persistent")) return KernelSwitch::kPersistent;
     if (!std::strcmp(value, "hopper")) return KernelSwitch::kHopper;
@@ -192,9 +198,14 @@ std::string kernelSwitchProblem() {
     const char* value = std::getenv("DAY87_FAST_KERNEL");
     if (wanted == KernelSwitch::kUnknown)
         return std::string(
-                   "DAY87_FAST_KERNEL must be cluster, persistent, hopper, wmma or auto; got '") +
+                   "DAY87_FAST_KERNEL must be split, cluster, persistent, hopper, wmma or auto; "
+                   "got '") +
                value + "'";
     DeviceFacts facts;
+    if (wanted == KernelSwitch::kSplit && currentDeviceFacts(&facts) == cudaSuccess &&
+        !facts.sm90_code)
+        return "DAY87_FAST_KERNEL=split, and this device does not run version 5: its clusters "
+               "need code for sm_90 or newer, built with CUDA 12 or newer";
     if (!forcesHopperKernel(wanted) || currentDeviceFacts(&facts) != cudaSuccess || facts.hopper)
         return "";
     return std::string("DAY87_FAST_KERNEL=") + value +
@@ -207,7 +218,7 @@ std::string kernelSwitchProblem() {
 // for the launcher and for the workspace size that binding.cpp allocates.
 enum class PlanChoice {
     kSquare, kSmallGrid, kTuring, kHopperWide, kHopperNarrow, kPersistentWide, kPersistentNarrow,
-    kClusterWide, kClusterNarrow
+    kClusterWide, kClusterNarrow, kSplitInCluster
 };
 
 struct LaunchChoice {
@@ -238,6 +249,13 @@ struct LaunchChoice {
 // ones measured faster); else the narrow tile. Forced, a Hopper kernel takes every
 // shape, wide where N allows, but K = 0: a tensor map of no columns cannot be
 // encoded, and version 1 writes the bias (or zeros) there.
+//
+// Version 5 adds version 1's splits in the same launch instead of a second, and would
+// be chosen where version 1 splits K; it measured slower there than version 1's two
+// launches, at both of the lesson's shapes (checks/NOTES.md, "Version 5"). Forced, on
+// code for sm_90 or newer, it takes SmallGridPlan's tiles and splits every shape whose
+// K has two stages for each of two splits, into at least two and at most 8 (a
+// cluster's most); version 1 takes the rest.
 constexpr int kMinStagesPerSplit = 2;
 constexpr int kMinDepthToSplit = 256;
 
@@ -247,11 +265,12 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     if (status != cudaSuccess) return status;
     const KernelSwitch wanted = kernelSwitch();
     const bool forced_hopper = forcesHopperKernel(wanted);
-    if (wanted == KernelSwitch::kUnknown || (forced_hopper && !facts.hopper))
+    if (wanted == KernelSwitch::kUnknown || (forced_hopper && !facts.hopper) ||
+        (wanted == KernelSwitch::kSplit && !facts.sm90_code))
         return cudaErrorInvalidValue;  // kernelSwitchProblem says why
     const int large_tiles = (m / kTileM) * (n / kTileN);
 #if CUDART_VERSION >= 12000
-    if (facts.hopper && wanted != KernelSwitch::kWmma && k > 0 &&
+    if (facts.hopper && wanted != KernelSwitch::kWmma && wanted != KernelSwitch::kSplit && k > 0 &&
         (forced_hopper || large_tiles >= facts.multiprocessors)) {
         const auto waves = [&](int tiles) {
             return (tiles + facts.multiprocessors - 1) / facts.multiprocessors;
@@ -271,21 +290,37 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
         return cudaSuccess;
     }
 #endif
+    const int small_tiles =
+        (m / version1::SmallGridPlan::kBlockM) * (n / version1::SmallGridPlan::kBlockN);
+    // As many splits as give every SM a block, where K is at least min_depth; each of
+    // at least kMinStagesPerSplit stages, at most `most`; 1 is no split.
+    const auto splits_for = [&](int tiles, int stage_depth, int min_depth, int most) {
+        const int k_tiles = (k + stage_depth - 1) / stage_depth;
+        const int wanted =
+            tiles && k >= min_depth ? (facts.multiprocessors + tiles - 1) / tiles : 1;
+        return std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, most}));
+    };
+    if (wanted == KernelSwitch::kSplit) {  // on sm_90 code: checked above
+        const int stage_depth = version1::SmallGridPlan::kBlockK;
+        const int k_tiles = (k + stage_depth - 1) / stage_depth;
+        const int most = version5::kMaxSplits;
+        // two at least, even where a block a tile fills the card
+        const int splits = std::min({std::max(2, splits_for(small_tiles, stage_depth, 0, most)),
+                                     k_tiles / kMinStagesPerSplit, most});
+        if (splits > 1) {
+            *choice = LaunchChoice{PlanChoice::kSplitInCluster, splits};
+            return cudaSuccess;
+        }
+    }
     choice->plan = facts.turing ? PlanChoice::kTuring
                    : large_tiles < facts.multiprocessors ? PlanChoice::kSmallGrid
                                                          : PlanChoice::kSquare;
     const bool small = choice->plan == PlanChoice::kSmallGrid;
-    const int tiles =
-        small ? (m / version1::SmallGridPlan::kBlockM) * (n / version1::SmallGridPlan::kBlockN)
-              : large_tiles;
     const int stage_depth = facts.turing ? version1::TuringPlan::kBlockK
                             : small      ? version1::SmallGridPlan::kBlockK
                                          : version1::SquarePlan::kBlockK;
-    const int k_tiles = (k + stage_depth - 1) / stage_depth;
-    const int wanted_splits =
-        tiles && k >= kMinDepthToSplit ? (facts.multiprocessors + tiles - 1) / tiles : 1;
-    choice->splits =
-        std::max(1, std::min({wanted_splits, k_tiles / kMinStagesPerSplit, version1::kMaxSplits}));
+    choice->splits = splits_for(small ? small_tiles : large_tiles, stage_depth, kMinDepthToSplit,
+                                version1::kMaxSplits);
     return cudaSuccess;
 }
 
@@ -297,7 +332,10 @@ size_t fastGemmWorkspaceBytes(size_t m, size_t n, size_t k) {
         chooseLaunch(static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
                      &choice) != cudaSuccess)
         return 0;  // the launch then fails with the same error, and says so
-    return choice.splits > 1 ? choice.splits * m * n * sizeof(float) : 0;
+    // Version 5 adds its splits in shared memory: no workspace.
+    return choice.splits > 1 && choice.plan != PlanChoice::kSplitInCluster
+               ? choice.splits * m * n * sizeof(float)
+               : 0;
 }
 
 // The plan chosen for these operands, on `stream`. It checks the shape rules again,
@@ -316,10 +354,11 @@ cudaError_t launchChosenPlan(const FastGemmOperands& operands, float* workspace,
     // another thread changed it since (hopper then, unset now), a split may have no
     // workspace: refused. (Where both readings split K, they split it alike: auto and
     // wmma choose version 1's plans by the same rule.)
-    if (choice.splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+    if (choice.splits > 1 && choice.plan != PlanChoice::kSplitInCluster && workspace == nullptr)
+        return cudaErrorInvalidValue;
     DeviceFacts facts;  // chooseLaunch asked for them: remembered, not asked again
     if ((status = currentDeviceFacts(&facts)) != cudaSuccess) return status;
-    const bool dependent = facts.dependent_launch;
+    const bool dependent = facts.sm90_code;
     switch (choice.plan) {
         case PlanChoice::kTuring:
             return version1::launchPlan<version1::TuringPlan>(operands, choice.splits, workspace,
@@ -327,6 +366,9 @@ cudaError_t launchChosenPlan(const FastGemmOperands& operands, float* workspace,
         case PlanChoice::kSmallGrid:
             return version1::launchPlan<version1::SmallGridPlan>(operands, choice.splits, workspace,
                                                                  dependent, stream);
+        case PlanChoice::kSplitInCluster:
+            return version5::launchClusterSplitPlan<version1::SmallGridPlan>(
+                operands, choice.splits, facts.sm90_code, stream);
 #if CUDART_VERSION >= 12000
         case PlanChoice::kHopperWide:
             return version2::launchHopperPlan<HopperWidePlan>(operands, stream);

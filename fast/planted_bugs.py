@@ -3,8 +3,9 @@
     python fast/planted_bugs.py            (needs a GPU and nvcc): version 1's bugs
     python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernels'
     python fast/planted_bugs.py cluster    (the same card): version 4's own
-    python fast/planted_bugs.py PART "BUG" PART wmma, hopper or cluster: its copy with
-                                           no bug, and that one bug
+    python fast/planted_bugs.py split      (sm_90 and up): version 5's
+    python fast/planted_bugs.py PART "BUG" PART wmma, hopper, cluster or split: its copy
+                                           with no bug, and that one bug
 
 Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of
 the repository; an edit whose text a file no longer holds stops the run, naming the
@@ -32,7 +33,11 @@ The cluster part plants version 4's own bugs (its clusters' barriers and multica
 its stores of C through shared memory) and runs the same two gates and
 fast/tma_store_order.py, which reads the PTX for the stores' order, as well as
 fast/wgmma_order.py.
-In those parts a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
+The split part plants version 5's bugs (its reduction in the cluster) and runs the two
+gates built for the card with --split (version 5's plan alone, each shape against
+version 1's bits; the ordering build holds every split but the first before it writes
+its partial tile) and fast/warp_barriers.py, which must pass.
+In the Hopper and cluster parts a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
 barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs
 there as a control, on the copy with no bug and on the consumer that does not wait,
 at shapes up to 512: its hazard count is printed, and is no verdict either way,
@@ -78,12 +83,13 @@ class Bug(NamedTuple):
     sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
     hopper: bool = False  # in the Hopper kernels: the Hopper part's
     cluster: bool = False  # in version 4's own code: the cluster part's
+    split: bool = False  # in version 5's code (sm_90 and up): the split part's
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
 VERSION1, SCALE = ("fast/version1_wmma.cuh",), ("fast/scale_to_half.cu",)
 COMMON, VERSION3 = ("fast/common.cuh",), ("fast/version3_persistent.cuh",)
-VERSION4 = ("fast/version4_cluster.cuh",)
+VERSION4, VERSION5 = ("fast/version4_cluster.cuh",), ("fast/version5_split_cluster.cuh",)
 # Versions 2 and 3 hold the same producer, consumers and epilogue: a bug there is in both.
 HOPPER_PIPELINES = ("fast/version2_hopper.cuh", "fast/version3_persistent.cuh")
 
@@ -139,6 +145,29 @@ BUGS = {
         SCALE, [("col_stride == 1 && row_stride == cols &&",
                  "col_stride == 1 && row_stride >= cols &&")],
         (GATE, ORDERING_GATE)),
+    # Version 5's reduction in the cluster (the split part): a split dropped or added
+    # twice, the rows that an uneven share leaves over never stored (C keeps the gate's
+    # NaN there), and a block that reads the others' partial tiles without waiting at
+    # the cluster's barrier, which the ordering build catches on every run (every
+    # split but the first holds before it writes its tile).
+    "version 5 drops the first split's partial sum": Bug(
+        VERSION5, [("sums[i] = other == 0 ? parts[i]",
+                    "sums[i] = other == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)")],
+        (GATE, ORDERING_GATE), split=True),
+    "version 5 adds the first split's partial sum twice": Bug(
+        VERSION5, [("sums[i] = other == 0 ? parts[i]",
+                    "sums[i] = other == 0 ? make_float4(2 * parts[i].x, 2 * parts[i].y, "
+                    "2 * parts[i].z, 2 * parts[i].w)")],
+        (GATE, ORDERING_GATE), split=True),
+    "version 5's uneven shares leave the last rows unstored": Bug(
+        VERSION5, [("const int share = ((split + 1) * Plan::kBlockM / splits - first_row) * "
+                    "kVectorsPerRow;",
+                    "const int share = Plan::kBlockM / splits * kVectorsPerRow;")],
+        (GATE, ORDERING_GATE), split=True),
+    "version 5 reads the partial tiles before the cluster's barrier": Bug(
+        VERSION5, [("    cluster.sync();\n\n    // This block's share",
+                    "\n    // This block's share")],
+        (ORDERING_GATE,), by_timing=(GATE,), split=True),
     # No gate's output shows these two (fast/warp_barriers.py says why), so the gates
     # must pass on them, and a gate that does see one is reported. racecheck, which
     # watches every lane's shared-memory accesses, and the PTX walk must fail.
@@ -340,14 +369,19 @@ def main(part, only=None):
         sys.exit(f"planted_bugs.py {part} needs a card of capability 9.0 "
                  f"(this one: {major}.{minor}), where the Hopper kernels run; "
                  "nothing was checked.")
+    if part == "split" and major < 9:
+        sys.exit(f"planted_bugs.py split needs a card of capability 9.0 or newer "
+                 f"(this one: {major}.{minor}), where version 5's clusters run; "
+                 "nothing was checked.")
     # The Hopper part's gates hold sm_90a code (the only code with the kernels' bodies)
     # and check its plans alone; version 1's, the card's own architecture, everything.
     architecture = "90a" if hopper else f"{major}{minor}"
-    gate_arguments = ["--hopper"] if hopper else []
+    gate_arguments = ["--hopper"] if hopper else ["--split"] if part == "split" else []
     gate_limit_s = HOPPER_GATE_LIMIT_S if hopper else None
     bugs = {name: bug for name, bug in BUGS.items()
             if (bug.hopper == hopper and bug.cluster == (part == "cluster")
-                and only in (None, name)) or not bug.edits}
+                and bug.split == (part == "split") and only in (None, name))
+            or not bug.edits}
     if only is not None and only not in bugs:
         sys.exit(f"planted_bugs: the {part} part has no bug named {only!r}")
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
@@ -382,7 +416,7 @@ def main(part, only=None):
                     results[check] = (None, f"the {program} did not build")
                     continue
                 results[check] = run_gate(folders[name], program, gate_arguments, gate_limit_s)
-            if ((RACECHECK in bug.caught_by or not bug.edits) and not hopper
+            if ((RACECHECK in bug.caught_by or not bug.edits) and part == "wmma"
                     and results[GATE][0] is not None):
                 results[RACECHECK] = run_racecheck(folders[name])
             for check, (failed, detail) in results.items():
@@ -404,6 +438,7 @@ def main(part, only=None):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["cluster"]):
-        sys.exit("usage: python fast/planted_bugs.py [wmma | hopper | cluster] [BUG]")
+    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["cluster"],
+                                                  ["split"]):
+        sys.exit("usage: python fast/planted_bugs.py [wmma | hopper | cluster | split] [BUG]")
     main(sys.argv[1] if sys.argv[1:] else "wmma", sys.argv[2] if sys.argv[2:] else None)

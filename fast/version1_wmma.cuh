@@ -213,24 +213,13 @@ __device__ __forceinline__ void storeOutputs(const FastGemmOperands& operands, s
 // ---------------------------------------------------------------------------
 // Version 1, the WMMA kernel: any card from sm_75 up
 // ---------------------------------------------------------------------------
-// What it adds over the lesson's kernel: the tile plans above, split K, the bias in
-// its store (checks/NOTES.md, "The fast forward: tile plans and split K").
-// With gridDim.y > 1 the block computes one split of K, k_tiles_per_split stages
-// from stage blockIdx.y * k_tiles_per_split, and writes its raw sums to
-// `partials` (one M x N slice per split) for splitSumKernel; otherwise all of K,
-// into C. (The launchers say when K is split.)
-template <class Plan>
-__global__ void __launch_bounds__(Plan::kThreads)
-    wmmaGemmKernel(const FastGemmOperands operands, float* __restrict__ partials,
-                   int k_tiles_per_split) {
-    const half* __restrict__ a = operands.a;
-    const half* __restrict__ b = operands.b;
-    const int m = operands.m, n = operands.n, k = operands.k;
-    extern __shared__ __align__(128) unsigned char shared_bytes[];
-    half* shared_a = reinterpret_cast<half*>(shared_bytes);
-    half* shared_b = shared_a + Plan::kStages * Plan::kStageHalvesA;
+// Its three parts that version 5 (version5_split_cluster.cuh) shares: which tile a
+// block owns, the accumulators, and the multiply's pipeline over a run of stages.
 
-    // Which tile of C this block owns, in grouped order (see kGroupRows).
+// Which tile of C this block owns, in grouped order (see kGroupRows), from its index
+// along the grid's x.
+template <class Plan>
+__device__ __forceinline__ void groupedTile(int m, int n, int* tile_row, int* tile_col) {
     const int tiles_m = m / Plan::kBlockM;
     const int tiles_n = n / Plan::kBlockN;
     const int tiles_per_group = kGroupRows * tiles_n;
@@ -238,28 +227,23 @@ __global__ void __launch_bounds__(Plan::kThreads)
     const int first_row = group * kGroupRows;
     const int rows_in_group = min(tiles_m - first_row, kGroupRows);
     const int index_in_group = blockIdx.x % tiles_per_group;
-    const int tile_row = first_row + index_in_group % rows_in_group;
-    const int tile_col = index_in_group / rows_in_group;
+    *tile_row = first_row + index_in_group % rows_in_group;
+    *tile_col = index_in_group / rows_in_group;
+}
 
+using Accumulator = wmma::fragment<wmma::accumulator, kWmmaSize, kWmmaSize, kWmmaSize, float>;
+
+// The multiply: stages [first_k_tile, first_k_tile + k_tiles) of the tile's A rows and
+// B columns, added into this warp's accumulators. Every copy it starts has landed
+// when it returns, but other warps may still read the last stage.
+template <class Plan>
+__device__ __forceinline__ void multiplyStages(
+    Accumulator (&accumulators)[Plan::kFragmentsM][Plan::kFragmentsN], const half* __restrict__ a,
+    const half* __restrict__ b, int k, int n, half* shared_a, half* shared_b, int tile_row,
+    int tile_col, int first_k_tile, int k_tiles) {
     const int warp = threadIdx.x / 32;
     const int warp_row = warp / Plan::kWarpsN;
     const int warp_col = warp % Plan::kWarpsN;
-
-    wmma::fragment<wmma::accumulator, kWmmaSize, kWmmaSize, kWmmaSize, float>
-        accumulators[Plan::kFragmentsM][Plan::kFragmentsN];
-#pragma unroll
-    for (int i = 0; i < Plan::kFragmentsM; ++i)
-#pragma unroll
-        for (int j = 0; j < Plan::kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
-
-    // The kernel launched as this one's dependent (the split-K reduction) may now be
-    // scheduled onto the SMs that this grid leaves idle; it still waits for our sums.
-    letDependentsStart();
-
-    // This block's stages of K: [first_k_tile, first_k_tile + k_tiles).
-    const int first_k_tile = blockIdx.y * k_tiles_per_split;
-    const int k_tiles =
-        min(k_tiles_per_split, (k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);
 
     // Prologue: start the copies of the first kStages - 1 stages. A group is
     // committed even when empty, so that the wait counts below stay exact.
@@ -318,13 +302,51 @@ __global__ void __launch_bounds__(Plan::kThreads)
             }
         }
     }
+    waitForCopies<0>();
+}
+
+// What the kernel adds over the lesson's: the tile plans above, split K, the bias in
+// its store (checks/NOTES.md, "The fast forward: tile plans and split K").
+// With gridDim.y > 1 the block computes one split of K, k_tiles_per_split stages
+// from stage blockIdx.y * k_tiles_per_split, and writes its raw sums to
+// `partials` (one M x N slice per split) for splitSumKernel; otherwise all of K,
+// into C. (The launchers say when K is split.)
+template <class Plan>
+__global__ void __launch_bounds__(Plan::kThreads)
+    wmmaGemmKernel(const FastGemmOperands operands, float* __restrict__ partials,
+                   int k_tiles_per_split) {
+    const int m = operands.m, n = operands.n, k = operands.k;
+    extern __shared__ __align__(128) unsigned char shared_bytes[];
+    half* shared_a = reinterpret_cast<half*>(shared_bytes);
+    half* shared_b = shared_a + Plan::kStages * Plan::kStageHalvesA;
+    int tile_row, tile_col;
+    groupedTile<Plan>(m, n, &tile_row, &tile_col);
+
+    Accumulator accumulators[Plan::kFragmentsM][Plan::kFragmentsN];
+#pragma unroll
+    for (int i = 0; i < Plan::kFragmentsM; ++i)
+#pragma unroll
+        for (int j = 0; j < Plan::kFragmentsN; ++j) wmma::fill_fragment(accumulators[i][j], 0.0f);
+
+    // The kernel launched as this one's dependent (the split-K reduction) may now be
+    // scheduled onto the SMs that this grid leaves idle; it still waits for our sums.
+    letDependentsStart();
+
+    // This block's stages of K: [first_k_tile, first_k_tile + k_tiles).
+    const int first_k_tile = blockIdx.y * k_tiles_per_split;
+    const int k_tiles =
+        min(k_tiles_per_split, (k + Plan::kBlockK - 1) / Plan::kBlockK - first_k_tile);
+    multiplyStages<Plan>(accumulators, operands.a, operands.b, k, n, shared_a, shared_b, tile_row,
+                         tile_col, first_k_tile, k_tiles);
 
     // Epilogue. Storing fragments straight to C writes 64-byte pieces of 16 rows;
     // staging each 16 x 64 strip in shared memory lets a warp write two whole
     // 256-byte rows per instruction with 16-byte stores instead.
-    waitForCopies<0>();
     __syncthreads();  // every warp is done reading the pipeline's shared memory
     if (partials != nullptr) DAY87_HOLD_PARTIAL_SUMS();
+    const int warp = threadIdx.x / 32;
+    const int warp_row = warp / Plan::kWarpsN;
+    const int warp_col = warp % Plan::kWarpsN;
     float* staging = reinterpret_cast<float*>(shared_bytes) + warp * Plan::kEpilogueFloatsPerWarp;
     const int lane = threadIdx.x % 32;
     const size_t first_c_row =
