@@ -236,8 +236,8 @@ class Line:
 
 # What the fast tier as it chooses should reach (M, N, K): cuBLAS's GPU time over its
 # own, in both orders: within 1.15x cuBLAS's time at the lesson's shapes (version 5's
-# target), version 4's at the large ones (checks/NOTES.md, "Version 4" and "Version 5",
-# has the figures).
+# target), version 4's at the large ones (checks/NOTES.md, "Performance", has the
+# figures).
 TARGETS = {(256, 512, 384): 1 / 1.15, (512, 1024, 128): 1 / 1.15, (2048, 2048, 2048): 1.00,
            (4096, 4096, 4096): 1.03, (8192, 4096, 4096): 1.03, (8192, 8192, 8192): 1.03}
 # And day 88's fused op, at (M, K, N): each peer's GPU time over its own, the peer

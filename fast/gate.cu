@@ -12,12 +12,16 @@
 // DAY87_FAST_KERNEL=cluster, persistent or hopper set, they all run on that one, but
 // version 4 only where M is an even number of tiles):
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
+// On any card from sm_90, version 5's plan is checked too, each shape against version
+// 1's two launches bit for bit (DAY87_FAST_KERNEL=split runs the launcher's shapes on it).
 //
 // The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
 // 200,000 SM cycles before it writes its partial sums (long beside the multiply
 // itself), and the workspace starts as NaN as always, so a split-K reduction that
 // reads before it waits reads NaN on every split shape, not only where the multiply
-// happens to be slow. The scaling kernel's block 0 holds as long before it writes its
+// happens to be slow (in version 5, every split but the first, so that a block that
+// reads the others' partial tiles before the cluster's barrier reads them unwritten).
+// The scaling kernel's block 0 holds as long before it writes its
 // largest magnitude, so a cast that does not wait at the grid's barrier reads that
 // block's poison. The Hopper kernels' stages start as NaN, their producer holds as
 // long before it first fills each stage, and each consumer a tenth of that before it
