@@ -1,12 +1,12 @@
-// fast/common.cuh: what the fast operator's four versions must agree on.
+// fast/common.cuh: what the fast operator's five versions must agree on.
 //
 // The shape contract and the operands every kernel takes; then, for versions 2 to 4
 // (Hopper, sm_90a code), the tile plans' constants, the PTX wrappers (mbarriers, TMA,
 // wgmma), the swizzled layout that the tensor maps and the MMAs' descriptors share,
 // and the ring of stages with its barriers. Each version's own loop, producer,
 // consumers and epilogue are in its own file: version1_wmma.cuh, version2_hopper.cuh,
-// version3_persistent.cuh, version4_cluster.cuh. launch_policy.cu includes all four and
-// chooses.
+// version3_persistent.cuh, version4_cluster.cuh, version5_split_cluster.cuh (which
+// calls version 1's loop). launch_policy.cu includes them all and chooses.
 //
 // This header defines kTileM, kTileN and kTileK for fast/binding.cpp (extern const),
 // so one translation unit includes it: launch_policy.cu (and the programs that include

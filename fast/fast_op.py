@@ -224,23 +224,4 @@ def build_and_load():
 
 
 BUILD = build_and_load()
-
-
-def runs_kernel(kernel):
-    """Whether this device runs the forward forced to `kernel` (DAY87_FAST_KERNEL: split,
-    cluster, persistent, hopper or wmma): forced, the operator refuses where the device
-    cannot, so one small product answers. DAY87_FAST_KERNEL is put back after. Needs a
-    GPU."""
-    saved = os.environ.get("DAY87_FAST_KERNEL")
-    os.environ["DAY87_FAST_KERNEL"] = kernel
-    try:
-        a = torch.zeros(128, 16, device="cuda", dtype=torch.half)
-        torch.ops.day87_fast.wmma_mm(a, a.new_zeros(16, 128))
-        return True
-    except RuntimeError:
-        return False
-    finally:
-        os.environ.pop("DAY87_FAST_KERNEL")
-        if saved is not None:
-            os.environ["DAY87_FAST_KERNEL"] = saved
 _registrations = op.register_once(NAMESPACE, __file__, _register, globals().get("_registrations"))

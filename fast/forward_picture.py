@@ -17,7 +17,7 @@ DENSE_FP16_PEAKS = [
     # NVIDIA H200 datasheet, SXM: 1,979 TF/s FP16 with sparsity, half that dense
     ("H200", 989.4),
     # NVIDIA H100 datasheet, PCIe: 1,513 TF/s FP16 with sparsity, half that dense
-    ("H100 PCIe", 756.0),
+    ("H100 PCIe", 756.5),
     # NVIDIA H100 datasheet, SXM: 1,979 TF/s FP16 with sparsity, half that dense
     ("H100", 989.4),
     # NVIDIA A100 datasheet: FP16 tensor core 312 TF/s dense

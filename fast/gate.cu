@@ -79,7 +79,7 @@ __device__ void holdBriefly() {
 #define DAY87_HOLD_HOPPER_CONSUMER() holdBriefly()
 #endif
 
-#include "launch_policy.cu"  // the four versions and the launcher that chooses
+#include "launch_policy.cu"  // the five versions and the launcher that chooses
 #include "scale_to_half.cu"   // the backward's scaling kernel
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.

@@ -128,7 +128,8 @@ if [ "$part" = gate ]; then
     step planted-bugs python3 fast/planted_bugs.py
     step table python3 fast/test_fast.py
     step self-test python3 fast/self_test_fast.py
-    step plan-run env EXPECTED_PLAN="TilePlan<64, 64, 32, 32, 32, 3>" python3 -c "$plan_run"
+    wmma_plan="wmmaGemmKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
+    step plan-run env EXPECTED_PLAN="$wmma_plan" python3 -c "$plan_run"
     # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
     step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
 gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
@@ -146,7 +147,7 @@ fast_op.wmma_mm(a, a); torch.cuda.synchronize()"
 fi
 
 if [ "$part" = bench ]; then
-    step bench python3 fast/bench.py
+    step bench python3 fast/bench.py --picture "$out/bench-forward.svg"
 fi
 
 if [ "$part" = forward ]; then
@@ -180,7 +181,8 @@ if [ "$part" = compute75 ]; then
         python3 -c "$driver"
     step compute75-contents \
         bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87_fast-*/day87_fast_ext.so"
-    step compute75-plan-run env EXPECTED_PLAN="TilePlan<128, 128, 64, 64, 16, 2>" \
+    step compute75-plan-run \
+        env EXPECTED_PLAN="wmmaGemmKernel<tuned::version1::TilePlan<128, 128, 64, 64, 16, 2>" \
         python3 -c "$plan_run"
     step compute75-variants python3 fast/forward_variants.py Plan
     unset TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR
@@ -274,7 +276,7 @@ except RuntimeError as error:
     assert \"'cublas'\" in str(error)
 else:
     sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
-    step bench-forward python3 fast/bench.py --forward
+    step bench-forward python3 fast/bench.py --forward --picture "$out/bench-forward.svg"
     [ -n "$saved_arch_list" ] && export TORCH_CUDA_ARCH_LIST="$saved_arch_list"
     unset TORCH_EXTENSIONS_DIR
     rm -rf "$out"/cache-hopper "$out"/cache75

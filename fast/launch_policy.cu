@@ -296,9 +296,9 @@ cudaError_t chooseLaunch(int m, int n, int k, LaunchChoice* choice) {
     // at least kMinStagesPerSplit stages, at most `most`; 1 is no split.
     const auto splits_for = [&](int tiles, int stage_depth, int min_depth, int most) {
         const int k_tiles = (k + stage_depth - 1) / stage_depth;
-        const int wanted =
+        const int wanted_splits =
             tiles && k >= min_depth ? (facts.multiprocessors + tiles - 1) / tiles : 1;
-        return std::max(1, std::min({wanted, k_tiles / kMinStagesPerSplit, most}));
+        return std::max(1, std::min({wanted_splits, k_tiles / kMinStagesPerSplit, most}));
     };
     if (wanted == KernelSwitch::kSplit) {  // on sm_90 code: checked above
         const int stage_depth = version1::SmallGridPlan::kBlockK;

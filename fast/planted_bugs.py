@@ -15,11 +15,11 @@ checks run on every copy: fast/gate.cu compiled for this machine's card, in its
 plain and its ordering build, and fast/warp_barriers.py, which reads the compiled
 PTX; a fourth, compute-sanitizer's racecheck on the plain gate (slow beside the
 others), runs on the copy with no bug and on each bug that names it, where that gate
-built. Each bug names the checks that must fail on it; every other check must pass,
-and the copy with no bug must pass all four. A check that could not run (a copy that
-does not build, a racecheck with no summary) is never a catch: it is counted as a
-verdict not expected. The exit status is the number of verdicts that were not the
-expected one. The gates build side by side.
+built (in this part only). Each bug names the checks that must fail on it; every
+other check must pass, and the copy with no bug must pass them all. A check that
+could not run (a copy that does not build, a racecheck with no summary) is never a
+catch: it is counted as a verdict not expected. The exit status is the number of
+verdicts that were not the expected one. The gates build side by side.
 
 The Hopper part plants its bugs in the Hopper kernels' pipeline (versions 2 and 3
 each hold the same producer, consumers and epilogue, so a bug there is planted in
@@ -36,9 +36,10 @@ fast/wgmma_order.py.
 The split part plants version 5's bugs (its reduction in the cluster) and runs the two
 gates built for the card with --split (version 5's plan alone, each shape against
 version 1's bits; the ordering build holds every split but the first before it writes
-its partial tile) and fast/warp_barriers.py, which must pass.
-In the Hopper and cluster parts a gate that runs past HOPPER_GATE_LIMIT_S (a pipeline that lost its
-barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs
+its partial tile); no PTX walk reads version 5.
+In the Hopper, cluster and split parts a gate that runs past GATE_LIMIT_S (a pipeline
+that lost its barriers' count, or a cluster's barrier that a block never reaches, can
+wait forever) has failed. compute-sanitizer's racecheck runs
 there as a control, on the copy with no bug and on the consumer that does not wait,
 at shapes up to 512: its hazard count is printed, and is no verdict either way,
 because whether racecheck sees what TMA writes and wgmma reads is what the control
@@ -66,10 +67,11 @@ from wgmma_order import order_problems  # noqa: E402
 GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = (
     "gate", "ordering gate", "warp barriers", "racecheck")
 WGMMA_ORDER, TMA_STORE_ORDER = "wgmma_order.py", "tma_store_order.py"
-# The Hopper part's time limits: its gates (the Hopper plans alone) run in about 10 s,
-# and racecheck at shapes up to 512 in well under a minute. Version 1's part has none:
-# its bugs cannot hang, and its racecheck of the whole gate takes minutes.
-HOPPER_GATE_LIMIT_S = 30
+# The time limits of the Hopper, cluster and split parts: their gates (the Hopper plans
+# alone, or version 5's) run in about 10 s, and racecheck at shapes up to 512 in well
+# under a minute. Version 1's part has none: its bugs cannot hang, and its racecheck of
+# the whole gate takes minutes.
+GATE_LIMIT_S = 30
 HOPPER_RACECHECK_LIMIT_S = 60
 
 
@@ -377,7 +379,7 @@ def main(part, only=None):
     # and check its plans alone; version 1's, the card's own architecture, everything.
     architecture = "90a" if hopper else f"{major}{minor}"
     gate_arguments = ["--hopper"] if hopper else ["--split"] if part == "split" else []
-    gate_limit_s = HOPPER_GATE_LIMIT_S if hopper else None
+    gate_limit_s = GATE_LIMIT_S if part != "wmma" else None
     bugs = {name: bug for name, bug in BUGS.items()
             if (bug.hopper == hopper and bug.cluster == (part == "cluster")
                 and bug.split == (part == "split") and only in (None, name))
@@ -402,7 +404,7 @@ def main(part, only=None):
             results = {}
             static_checks = ({WGMMA_ORDER: order_problems, TMA_STORE_ORDER: store_problems}
                              if part == "cluster" else {WGMMA_ORDER: order_problems} if hopper
-                             else {WARP_BARRIERS: missing_barriers})
+                             else {} if part == "split" else {WARP_BARRIERS: missing_barriers})
             for static_check, read_ptx in static_checks.items():
                 try:
                     problems = read_ptx(folders[name])

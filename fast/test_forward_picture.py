@@ -87,7 +87,7 @@ def test_a_value_not_above_zero_is_refused(value):
 
 @pytest.mark.parametrize("device_name, tflops", [
     ("NVIDIA H200", 989.4),
-    ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H100 PCIe", 756.5),
     ("NVIDIA H100 80GB HBM3", 989.4),
     ("NVIDIA A100-SXM4-80GB", 312.0),
     ("Tesla T4", 65.0),

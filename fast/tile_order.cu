@@ -27,7 +27,7 @@
 #include <random>
 #include <vector>
 
-#include "launch_policy.cu"  // the four versions and the launcher that chooses
+#include "launch_policy.cu"  // the five versions and the launcher that chooses
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
 #define CUDA_CHECK(call)                                                                 \

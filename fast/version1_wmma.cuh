@@ -9,8 +9,10 @@
 // in checks/NOTES.md ("The fast forward: tile plans and split K").
 //
 // In order: the 16-byte copies (the lesson's, copied), the tile plans, the
-// dependent-launch helpers, a stage's copy, the one place that writes C, the kernel,
-// the split-K reduction, and launchPlan, which launches one plan.
+// dependent-launch helpers, a stage's copy, the one place that writes C, the tile a
+// block owns (groupedTile) and the loop over K's stages (multiplyStages), both shared
+// with version 5, the kernel, the split-K reduction, and launchPlan, which launches
+// one plan.
 
 #pragma once
 

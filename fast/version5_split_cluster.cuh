@@ -9,8 +9,9 @@
 // waits at one barrier, and each block adds one share of the tile's rows from every
 // split, in split order, and stores them: one launch, no workspace, and the same bits
 // as version 1's two launches (the same stages per split, added in the same order).
-// launch_policy.cu chooses it where version 1 would split K and the code runs on
-// sm_90 or newer (checks/NOTES.md, "Version 5", has the figures).
+// It measured slower than version 1's two launches, so launch_policy.cu runs it only
+// where DAY87_FAST_KERNEL=split forces it (checks/NOTES.md, "Version 5", has the
+// figures).
 //
 // In order: the kernel, then launchClusterSplitPlan, which launches one plan.
 
@@ -41,6 +42,14 @@ constexpr int kPartialStride = Plan::kBlockN + 4;
 // The cluster barrier's two halves, relaxed: an arrive that orders no memory (a
 // cluster.sync() fences every earlier global store at the GPU's scope first, hundreds
 // of cycles where stores are in flight), and the wait for every block's arrive.
+// Because the arrive orders nothing, whatever must be done before it is made so by
+// dataflow: mustHave(value) is an empty instruction that reads `value`, so the values
+// are computed (their loads returned) before it, and the compiler keeps it ahead of
+// the arrive (volatile asm statements keep their order).
+__device__ __forceinline__ void mustHave(float4 value) {
+    asm volatile("" ::"f"(value.x), "f"(value.y), "f"(value.z), "f"(value.w));
+}
+
 __device__ __forceinline__ void arriveInCluster() {
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 }
@@ -136,6 +145,8 @@ __global__ void __launch_bounds__(Plan::kThreads)
     // Every read of another block's shared memory has returned (the sums hold them): no
     // block may leave, and its shared memory with it, before every block has come this
     // far. Arrived here, the stores below go on while the other blocks catch up.
+#pragma unroll
+    for (int i = 0; i < kMostVectors; ++i) mustHave(sums[i]);
     arriveInCluster();
 #pragma unroll
     for (int i = 0; i < kMostVectors; ++i) {
@@ -154,10 +165,11 @@ __global__ void __launch_bounds__(Plan::kThreads)
 // of `splits` blocks a tile (fewer where the stages do not fill them: no empty split,
 // as in version 1; two at least, since a thread's share of the reduction is sized for
 // half the rows). `sm90_code`: whether the device runs code for sm_90 or newer, built
-// with CUDA 12 or newer (launch_policy.cu's DeviceFacts); elsewhere, for fewer than 2
-// or more than kMaxSplits splits, or for K of fewer than two stages,
-// cudaErrorInvalidValue. The caller has checked that the
-// plan's block tile divides M and N and that the sizes fit an int.
+// with CUDA 12 or newer (launch_policy.cu's DeviceFacts). Without it, for fewer than 2
+// or more than kMaxSplits splits, or for K of fewer than two stages:
+// cudaErrorInvalidValue (cudaErrorNotSupported from CUDA 11's runtime, which has no
+// clusters). The caller has checked that the plan's block tile divides M and N and
+// that the sizes fit an int.
 template <class Plan>
 cudaError_t launchClusterSplitPlan(const FastGemmOperands& operands, int splits, bool sm90_code,
                                    cudaStream_t stream) {
@@ -166,7 +178,7 @@ cudaError_t launchClusterSplitPlan(const FastGemmOperands& operands, int splits,
     if (!sm90_code || splits < 2 || splits > kMaxSplits || k_tiles < 2)
         return cudaErrorInvalidValue;
     const int per_split = (k_tiles + splits - 1) / splits;
-    splits = per_split ? (k_tiles + per_split - 1) / per_split : 1;
+    splits = (k_tiles + per_split - 1) / per_split;  // no empty split; two at least
     cudaError_t status = cudaFuncSetAttribute(wmmaClusterSplitKernel<Plan>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
                                               Plan::kSharedBytes);
