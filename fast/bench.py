@@ -54,10 +54,15 @@ A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3,
    the current folder unless given).
 B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
    torch.autograd.grad(forward(x, w), (x, w), grad): the operators with an FP32
-   grad, as their FP32 output has, the FP16 paths with an FP16 one.
+   grad, as their FP32 output has, the FP16 paths with an FP16 one; the fast tier as
+   it chooses and with its backward in one launch (DAY87_FAST_BACKWARD=one-launch,
+   where the card runs code for sm_80); GPU times taken in turn, as in table D. At
+   the two sizes of STEP_TARGETS a line gives FP16's GPU time over the fast tier's
+   against its target, weighed as table A's.
 C. The backward alone at the same shapes: the lesson's op.py _backward (two FP32
-   matmuls of the widened operands), the fast tier's wmma_mm_backward operator,
-   FP16 grad @ w.t() and x.t() @ grad, and those two compiled.
+   matmuls of the widened operands), the fast tier's wmma_mm_backward operator, as it
+   chooses and in one launch, FP16 grad @ w.t() and x.t() @ grad, and those two
+   compiled; GPU times taken in turn.
 D. Day 88's question, a bias in the kernel's store or added after: the fast tier's
    fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
    add, that compiled, and FP16 addmm; the lines' GPU times taken in turn, in the
@@ -233,6 +238,7 @@ class Line:
     call: object  # the call timed, its operands bound
     error: object  # the call's output -> what its error against float64 is
     kernel: str = None  # DAY87_FAST_KERNEL while the line is checked and timed, where set
+    backward: str = None  # DAY87_FAST_BACKWARD, the same way
 
 
 # What the fast tier as it chooses should reach (M, N, K): cuBLAS's GPU time over its
@@ -246,6 +252,9 @@ TARGETS = {(256, 512, 384): 1 / 1.15, (512, 1024, 128): 1 / 1.15, (2048, 2048, 2
 # every shape, and 10% ahead of compiled at 8192 x 4096 x 4096 (version 4's target).
 DAY88_TARGETS = {shape: {"cuBLAS": 1.03, "compiled": 1.03} for shape in DAY88_SIZES}
 DAY88_TARGETS[8192, 4096, 4096]["compiled"] = 1.10
+# And the step (M, K, N), table B: FP16's GPU time over the fast tier's, as it chooses,
+# in both orders: at most 1.30x FP16's time at a small layer and at a middle one.
+STEP_TARGETS = {(256, 384, 512): 1 / 1.30, (2048, 512, 2048): 1 / 1.30}
 
 
 def print_target(what, timings, spreads, line, peer, target):
@@ -267,19 +276,28 @@ def print_target(what, timings, spreads, line, peer, target):
 
 
 @contextlib.contextmanager
-def fast_kernel(kernel):
-    """DAY87_FAST_KERNEL set to `kernel` (None: left as it is) inside, put back after.
-    fast/launch_policy.cu reads it at every call, so a line's calls and its CUDA graph's
-    capture all run the kernel named, and no call pays for setting it."""
-    saved = os.environ.get("DAY87_FAST_KERNEL")
-    if kernel is not None:
-        os.environ["DAY87_FAST_KERNEL"] = kernel
+def switched(variable, value):
+    """The environment variable (DAY87_FAST_KERNEL, DAY87_FAST_BACKWARD) set to `value`
+    (None: left as it is) inside, put back after. The operator reads both at every
+    call, so a line's calls and its CUDA graph's capture all run what the line names,
+    and no call pays for setting them."""
+    saved = os.environ.get(variable)
+    if value is not None:
+        os.environ[variable] = value
     try:
         yield
     finally:
-        os.environ.pop("DAY87_FAST_KERNEL", None)
+        os.environ.pop(variable, None)
         if saved is not None:
-            os.environ["DAY87_FAST_KERNEL"] = saved
+            os.environ[variable] = saved
+
+
+@contextlib.contextmanager
+def line_switches(line):
+    """A line's DAY87_FAST_KERNEL and DAY87_FAST_BACKWARD, while it is checked and timed."""
+    with switched("DAY87_FAST_KERNEL", line.kernel), \
+            switched("DAY87_FAST_BACKWARD", line.backward):
+        yield
 
 
 def runs_forced(kernel):
@@ -287,9 +305,21 @@ def runs_forced(kernel):
     where the card cannot. K = 128 is four stages, enough for DAY87_FAST_KERNEL=split
     to run version 5 (a shorter K runs version 1)."""
     a = torch.zeros(128, 128, device="cuda", dtype=torch.half)
-    with fast_kernel(kernel):
+    with switched("DAY87_FAST_KERNEL", kernel):
         try:
             fast_op.wmma_mm(a, a)
+            return True
+        except RuntimeError:
+            return False
+
+
+def runs_one_launch_backward():
+    """Whether this card runs the backward forced to one launch (code for sm_80 or newer):
+    forced, the operator refuses where the card cannot."""
+    a = torch.zeros(128, 128, device="cuda", dtype=torch.half)
+    with switched("DAY87_FAST_BACKWARD", "one-launch"):
+        try:
+            torch.ops.day87_fast.wmma_mm_backward(a.float(), a, a)
             return True
         except RuntimeError:
             return False
@@ -302,17 +332,17 @@ def print_block(shape, lines, calls, both_orders=False):
     lead that holds in both is not the order's."""
     errors, timings, spreads = {}, {}, {}
     for index, line in enumerate(lines):
-        with fast_kernel(line.kernel):
+        with line_switches(line):
             errors[index] = line.error(line.call())
             timings[index] = [timing.Figures(timing.wall_microseconds(line.call, calls),
                                              timing.host_alone(line.call), None)
                               if both_orders else timing.measure(line.call, calls)]
     if both_orders:
-        # Each line's graph is captured under its own DAY87_FAST_KERNEL (a graph keeps
-        # the kernel it captured), then the graphs are replayed in turn.
+        # Each line's graph is captured under its own switches (a graph keeps the
+        # kernels it captured), then the graphs are replayed in turn.
         def under_its_kernel(line):
             def call():
-                with fast_kernel(line.kernel):
+                with line_switches(line):
                     return line.call()
             return call
         in_order, reversed_order = timing.graphs_in_turn(
@@ -461,20 +491,26 @@ def step_table():
                   "x @ w in FP16, an FP16 grad;",
                   "error: the gradients' against float64 from the same grad, x and w")
     compiler = Compiler()
+    one_launch = runs_one_launch_backward()
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         grad16 = grad.half()
         peer = compiler.first_call(
             fp16_forward, lambda compiled: training_step(compiled, x, w, grad16)())
         error, error16 = gradient_error(grad, x, w), gradient_error(grad16, x, w)
-        print_block(f"M={m} K={k} N={n}", [
+        fast_step = training_step(fast_op.wmma_mm, x, w, grad)
+        timings, spreads, cublas = print_block(f"M={m} K={k} N={n}", [
             Line("lesson", "op.wmma_mm, op.py's FP32 backward",
                  training_step(op.wmma_mm, x, w, grad), error),
-            Line("fast", "fast_op.wmma_mm, its tensor-core backward",
-                 training_step(fast_op.wmma_mm, x, w, grad), error),
+            Line("fast", "fast_op.wmma_mm, its tensor-core backward", fast_step, error),
+            *([Line("fast", "  DAY87_FAST_BACKWARD=one-launch", fast_step, error,
+                    backward="one-launch")] if one_launch else []),
             Line("cuBLAS", "x @ w, FP16", training_step(fp16_forward, x, w, grad16), error16),
             Line("compiled", "x @ w, FP16", training_step(peer, x, w, grad16), error16),
-        ], timing.calls_for(m, n, k))
+        ], timing.calls_for(m, n, k), both_orders=True)
+        if (m, k, n) in STEP_TARGETS:  # line 1 is the fast tier as it chooses
+            print_target("FP16's GPU time / the fast tier's as it chooses", timings, spreads,
+                         1, cublas, STEP_TARGETS[m, k, n])
     compiler.report()
 
 
@@ -484,6 +520,7 @@ def backward_table():
                   "lesson and fast: an FP32 grad; cuBLAS and compiled: FP16; "
                   "error: as in table B")
     compiler = Compiler()
+    one_launch = runs_one_launch_backward()
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n)
         grad16 = grad.half()
@@ -497,11 +534,14 @@ def backward_table():
                  lambda: op._backward(context, grad), error),
             Line("fast", "torch.ops.day87_fast.wmma_mm_backward(grad, x, w)",
                  lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error),
+            *([Line("fast", "  DAY87_FAST_BACKWARD=one-launch",
+                    lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error,
+                    backward="one-launch")] if one_launch else []),
             Line("cuBLAS", "grad @ w.t(), x.t() @ grad, FP16",
                  lambda: fp16_products(grad16, x, w), error16),
             Line("compiled", "grad @ w.t(), x.t() @ grad, FP16",
                  lambda: peer(grad16, x, w), error16),
-        ], timing.calls_for(m, n, k))
+        ], timing.calls_for(m, n, k), both_orders=True)
     compiler.report()
 
 

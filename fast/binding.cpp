@@ -45,6 +45,13 @@ cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int
                               int64_t col_stride, __half* scaled, float* alpha_and_beta,
                               float* workspace, cudaStream_t stream);
 extern const int kMaxHelperBlocks;
+// fast/backward_one_launch.cu: "" where DAY87_FAST_BACKWARD can be honoured for this
+// backward, and then which backward runs; the launcher of both products in one grid.
+std::string chooseOneLaunchBackward(int64_t m, int64_t n, int64_t k, bool* one_launch);
+cudaError_t launchOneLaunchBackward(const float* grad, int64_t grad_row_stride,
+                                    int64_t grad_col_stride, const __half* a, const __half* b,
+                                    __half* grad_a, __half* grad_b, int64_t m, int64_t n,
+                                    int64_t k, cudaStream_t stream);
 }  // namespace tuned
 #endif
 
@@ -258,6 +265,18 @@ std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
     const auto output = [](at::Tensor& t) {
         return reinterpret_cast<__half*>(t.mutable_data_ptr<at::Half>());
     };
+    bool one_launch = false;
+    const std::string refusal = tuned::chooseOneLaunchBackward(m, n, k, &one_launch);
+    TORCH_CHECK(refusal.empty(), op, ": ", refusal);
+    if (one_launch) {  // a small layer: both products in one grid, grad read in FP32
+        const cudaError_t status = tuned::launchOneLaunchBackward(
+            grad.const_data_ptr<float>(), grad.stride(0), grad.stride(1),
+            a.has_value() ? input(*a) : nullptr, b.has_value() ? input(*b) : nullptr,
+            grad_a.defined() ? output(grad_a) : nullptr,
+            grad_b.defined() ? output(grad_b) : nullptr, m, n, k, stream);
+        TORCH_CHECK(status == cudaSuccess, op + ": launch failed: " + cudaGetErrorString(status));
+        return {grad_a, grad_b};
+    }
     // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
     // safe inside a CUDA graph capture. The last two floats are cuBLAS's alpha and beta.
     at::Tensor workspace = at::empty({tuned::kMaxHelperBlocks + 2}, grad.options());

@@ -199,7 +199,8 @@ def build_and_load():
     """The lesson's build (op.py) with this folder's sources, cuBLAS's headers and sm_90a:
     the toolkit, the key, one cpp_extension.load on a cold cache, the library loaded."""
     toolkit = op.find_toolkit()
-    cuda_sources = ["launch_policy.cu", "scale_to_half.cu"] if toolkit else []
+    cuda_sources = (["launch_policy.cu", "scale_to_half.cu", "backward_one_launch.cu"]
+                    if toolkit else [])
     sources = [os.path.join(HERE, name) for name in cuda_sources + ["binding.cpp"]]
     archs = op.architectures() if toolkit else None
     archs = ";".join([archs, *hopper_architectures(archs)]) if toolkit else None

@@ -81,6 +81,7 @@ __device__ void holdBriefly() {
 
 #include "launch_policy.cu"  // the five versions and the launcher that chooses
 #include "scale_to_half.cu"   // the backward's scaling kernel
+#include "backward_one_launch.cu"  // the backward in one launch
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
 #define CUDA_CHECK(call)                                                                 \
@@ -95,11 +96,13 @@ __device__ void holdBriefly() {
 
 // What a run checks, from main's arguments: --small leaves out every shape with a
 // dimension past 512 (compute-sanitizer runs a kernel many times slower), --hopper
-// checks the Hopper plans alone (fast/planted_bugs.py's Hopper bugs), and --split
-// version 5's plan alone (its split bugs).
+// checks the Hopper plans alone (fast/planted_bugs.py's Hopper bugs), --split
+// version 5's plan alone (its split bugs), and --backward the backward in one launch
+// alone (its bugs).
 int size_limit = INT_MAX;
 bool hopper_only = false;
 bool split_only = false;
+bool backward_only = false;
 
 // ---------------------------------------------------------------------------
 // CPU reference
@@ -472,6 +475,120 @@ bool checkScale(const char* name, int rows, int cols, int64_t row_stride, int64_
     return pass;
 }
 
+// The backward in one launch (fast/backward_one_launch.cu): grad_a = grad @ b^T and
+// grad_b = a^T @ grad against float64 from the same values, grad given by `row_stride`
+// and `col_stride` in a buffer of padding (2^22: read as grad, it is far out of the
+// bound). Each value within
+//   2^-11 |reference|                      its rounding to FP16,
+//   + (2^-11 + inner * 2^-23) magnitude    grad's rounding to TF32, the FP32 sums,
+//   + 2^-25                                half of FP16's smallest subnormal,
+// magnitude the same sum of |products|. The outputs start as NaN, so an unwritten one
+// fails; a second launch must give the same bits.
+bool checkBackward(const char* name, int m, int k, int n, int64_t row_stride, int64_t col_stride,
+                   bool want_a, bool want_b, std::mt19937& generator) {
+    if (m > size_limit || n > size_limit || k > size_limit) return true;  // left out of this run
+    const size_t extent = (m - 1) * row_stride + (n - 1) * col_stride + 1;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> decades(-6.0f, 1.0f);
+    std::vector<float> buffer(extent, std::ldexp(1.0f, 22));
+    auto grad = [&](int row, int col) -> float& {
+        return buffer[row * row_stride + col * col_stride];
+    };
+    for (int row = 0; row < m; ++row)
+        for (int col = 0; col < n; ++col)
+            grad(row, col) = normal(generator) * std::pow(10.0f, decades(generator));
+    std::vector<half> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(k) * n);
+    for (auto& value : a) value = __float2half(normal(generator));
+    for (auto& value : b) value = __float2half(normal(generator));
+
+    float* device_grad;
+    half *device_a, *device_b, *device_grad_a, *device_grad_b;
+    const size_t count_a = static_cast<size_t>(m) * k, count_b = static_cast<size_t>(k) * n;
+    CUDA_CHECK(cudaMalloc(&device_grad, extent * sizeof(float)));
+    CUDA_CHECK(cudaMalloc(&device_a, count_a * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&device_b, count_b * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&device_grad_a, count_a * sizeof(half)));
+    CUDA_CHECK(cudaMalloc(&device_grad_b, count_b * sizeof(half)));
+    CUDA_CHECK(cudaMemcpy(device_grad, buffer.data(), extent * sizeof(float),
+                          cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(device_a, a.data(), count_a * sizeof(half), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(device_b, b.data(), count_b * sizeof(half), cudaMemcpyHostToDevice));
+    std::vector<half> got_a(count_a), got_b(count_b), again_a(count_a), again_b(count_b);
+    for (int run = 0; run < 2; ++run) {
+        CUDA_CHECK(cudaMemset(device_grad_a, 0xFF, count_a * sizeof(half)));
+        CUDA_CHECK(cudaMemset(device_grad_b, 0xFF, count_b * sizeof(half)));
+        CUDA_CHECK(tuned::launchOneLaunchBackward(
+            device_grad, row_stride, col_stride, device_a, device_b,
+            want_a ? device_grad_a : nullptr, want_b ? device_grad_b : nullptr, m, n, k,
+            /*stream=*/0));
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy((run ? again_a : got_a).data(), device_grad_a,
+                              count_a * sizeof(half), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy((run ? again_b : got_b).data(), device_grad_b,
+                              count_b * sizeof(half), cudaMemcpyDeviceToHost));
+    }
+    for (void* pointer : {static_cast<void*>(device_grad), static_cast<void*>(device_a),
+                          static_cast<void*>(device_b), static_cast<void*>(device_grad_a),
+                          static_cast<void*>(device_grad_b)})
+        CUDA_CHECK(cudaFree(pointer));
+
+    // The worst |error| / bound of one gradient, rows x cols, each value a sum over `inner`.
+    auto worst = [&](const std::vector<half>& got, int rows, int cols, int inner,
+                     auto left, auto right) {
+        double ratio = 0.0;
+        for (int i = 0; i < rows; ++i)
+            for (int j = 0; j < cols; ++j) {
+                double sum = 0.0, magnitude = 0.0;
+                for (int p = 0; p < inner; ++p) {
+                    const double product = left(i, p) * right(p, j);
+                    sum += product;
+                    magnitude += std::fabs(product);
+                }
+                const double value = __half2float(got[static_cast<size_t>(i) * cols + j]);
+                const double bound = std::ldexp(std::fabs(sum), -11) +
+                                     (std::ldexp(1.0, -11) + inner * std::ldexp(1.0, -23)) *
+                                         magnitude + std::ldexp(1.0, -25);
+                const double error = std::fabs(value - sum);
+                ratio = std::max(ratio, error <= bound ? error / bound : INFINITY);
+            }
+        return ratio;
+    };
+    auto wide = [](half value) { return static_cast<double>(__half2float(value)); };
+    const double ratio_a = !want_a ? 0.0 : worst(got_a, m, k, n,
+        [&](int i, int p) { return static_cast<double>(grad(i, p)); },
+        [&](int p, int j) { return wide(b[static_cast<size_t>(j) * n + p]); });
+    const double ratio_b = !want_b ? 0.0 : worst(got_b, k, n, m,
+        [&](int i, int p) { return wide(a[static_cast<size_t>(p) * k + i]); },
+        [&](int p, int j) { return static_cast<double>(grad(p, j)); });
+    const bool same_bits = (!want_a || !std::memcmp(got_a.data(), again_a.data(), count_a * 2)) &&
+                           (!want_b || !std::memcmp(got_b.data(), again_b.data(), count_b * 2));
+    const bool pass = ratio_a <= 1.0 && ratio_b <= 1.0 && same_bits;
+    char worst_a[16] = "-", worst_b[16] = "-";  // a gradient not wanted is not checked
+    if (want_a) snprintf(worst_a, sizeof(worst_a), "%.3f", ratio_a);
+    if (want_b) snprintf(worst_b, sizeof(worst_b), "%.3f", ratio_b);
+    printf("backward in one launch: %-22s M=%4d K=%4d N=%4d   worst |error| / bound: "
+           "grad_a %s, grad_b %s; bits %s twice   %s\n",
+           name, m, k, n, worst_a, worst_b, same_bits ? "the same" : "NOT THE SAME",
+           pass ? "pass" : "FAIL");
+    return pass;
+}
+
+// The backward in one launch's shapes (M, K, N): the lesson's first layer and the
+// shape of its second forward, one tile, tiles of grad_a and grad_b in unequal counts,
+// grad transposed and with padded rows (torch.cat's part), each gradient alone.
+bool checkBackwardShapes(std::mt19937& generator) {
+    bool pass = checkBackward("the lesson's layer", 256, 384, 512, 512, 1, true, true, generator);
+    pass &= checkBackward("the lesson's 2nd shape", 512, 128, 1024, 1024, 1, true, true, generator);
+    pass &= checkBackward("one tile", 64, 64, 64, 64, 1, true, true, generator);
+    pass &= checkBackward("unequal tile counts", 192, 320, 128, 128, 1, true, true, generator);
+    pass &= checkBackward("odd counts of 32", 96, 160, 224, 224, 1, true, true, generator);
+    pass &= checkBackward("grad transposed", 256, 128, 192, 1, 256, true, true, generator);
+    pass &= checkBackward("grad's rows padded", 128, 192, 256, 300, 1, true, true, generator);
+    pass &= checkBackward("grad_a alone", 128, 192, 256, 256, 1, true, false, generator);
+    pass &= checkBackward("grad_b alone", 128, 192, 256, 256, 1, false, true, generator);
+    return pass;
+}
+
 // A machine with no GPU, or no driver, is said to be one, as the lesson's gate.cu
 // says it: the runtime's own message there sends a reader looking for the wrong fix.
 void requireDevice() {
@@ -487,12 +604,14 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--small")) {
             size_limit = 512;
-        } else if (!std::strcmp(argv[i], "--hopper") && !split_only) {
+        } else if (!std::strcmp(argv[i], "--hopper") && !split_only && !backward_only) {
             hopper_only = true;
-        } else if (!std::strcmp(argv[i], "--split") && !hopper_only) {
+        } else if (!std::strcmp(argv[i], "--split") && !hopper_only && !backward_only) {
             split_only = true;
+        } else if (!std::strcmp(argv[i], "--backward") && !hopper_only && !split_only) {
+            backward_only = true;
         } else {
-            fprintf(stderr, "usage: %s [--small] [--hopper | --split]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--small] [--hopper | --split | --backward]\n", argv[0]);
             return EXIT_FAILURE;
         }
     }
@@ -507,12 +626,21 @@ int main(int argc, char** argv) {
 #else
     const char* build = "";
 #endif
-    printf("gate: %s, sm_%d%d, %d SMs%s%s%s%s\n", properties.name, properties.major,
+    printf("gate: %s, sm_%d%d, %d SMs%s%s%s%s%s\n", properties.name, properties.major,
            properties.minor, properties.multiProcessorCount, build,
            size_limit < INT_MAX ? ", shapes up to 512 only" : "",
-           hopper_only ? ", the Hopper plans only" : "", split_only ? ", version 5 only" : "");
+           hopper_only ? ", the Hopper plans only" : "", split_only ? ", version 5 only" : "",
+           backward_only ? ", the backward in one launch only" : "");
     std::mt19937 generator(87);
     bool all_pass = true;
+    bool backward_runs;
+    CUDA_CHECK(tuned::oneLaunchBackwardRuns(&backward_runs));
+    if (backward_only) {
+        all_pass = backward_runs && checkBackwardShapes(generator);  // nothing checked is no pass
+        if (!backward_runs) printf("backward in one launch: this device runs no sm_80 code\n");
+        printf("gate: %s\n", all_pass ? "PASS" : "FAIL");
+        return all_pass ? EXIT_SUCCESS : EXIT_FAILURE;
+    }
     if (!hopper_only && !split_only) {
         all_pass &= checkPlan<tuned::version1::SquarePlan>("SquarePlan", generator);
         all_pass &= checkPlan<tuned::version1::SmallGridPlan>("SmallGridPlan", generator);
@@ -627,6 +755,10 @@ int main(int argc, char** argv) {
     all_pass &= checkScale("shared memory, read twice", 4096, 4096, 4096, 1, 4095, 4094, generator);
     all_pass &= checkScale("transposed view", 300, 200, 1, 300, 45, 41, generator);
     all_pass &= checkScale("padded rows (torch.cat's part)", 300, 200, 256, 1, 299, 199, generator);
+    if (backward_runs)
+        all_pass &= checkBackwardShapes(generator);
+    else
+        printf("backward in one launch: not run, this device runs no code for sm_80 or newer\n");
 
     printf("gate: %s\n", all_pass ? "PASS" : "FAIL");
     return all_pass ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -32,6 +32,11 @@
 #                                         # it, its ordering build, the sanitizers at
 #                                         # shapes up to 512, its planted bugs, the table
 #                                         # forced to it, which kernel and plan ran
+#   bash fast/gpu_check.sh backward OUT   # the backward in one launch (sm_80 and up): its
+#                                         # gate and the sanitizers on it, the table
+#                                         # forced to it and to the three kernels, which
+#                                         # kernels ran, a switch it refuses, its planted
+#                                         # bugs
 #   bash fast/gpu_check.sh hopper-tables OUT  # the extension as an H100's user builds
 #                                         # it (no TORCH_CUDA_ARCH_LIST): HGMMA in its
 #                                         # SASS, the table forced to each kernel and
@@ -45,12 +50,12 @@ set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75 | hopper | cluster | split | hopper-tables)
+    gate | bench | forward | compute75 | hopper | cluster | split | backward | hopper-tables)
         [ -n "$out" ] || { echo "usage: bash fast/gpu_check.sh $part OUT" >&2; exit 2; }
         ;;
     *)
         echo "usage: bash fast/gpu_check.sh" \
-            "gate|bench|forward|compute75|hopper|cluster|split|hopper-tables OUT" >&2
+            "gate|bench|forward|compute75|hopper|cluster|split|backward|hopper-tables OUT" >&2
         exit 2
         ;;
 esac
@@ -245,6 +250,43 @@ if [ "$part" = split ]; then
     split_plan="wmmaClusterSplitKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
     step plan-run env DAY87_FAST_KERNEL=split EXPECTED_PLAN="$split_plan" python3 -c "$plan_run"
     step planted-bugs-split python3 fast/planted_bugs.py split
+fi
+
+if [ "$part" = backward ]; then
+    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" \
+        -o "$out/gate" fast/gate.cu
+    step gate-backward "$out/gate" --backward
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-backward-small-$tool" compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 "$out/gate" --small --backward
+    done
+    step sanitize-torch-backward-memcheck env DAY87_FAST_BACKWARD=one-launch compute-sanitizer \
+        --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step table-one-launch env DAY87_FAST_BACKWARD=one-launch python3 fast/test_fast.py
+    step table-scaled env DAY87_FAST_BACKWARD=scaled python3 fast/test_fast.py
+    step backward-run python3 -c "import os, sys
+sys.path.insert(0, 'fast')
+import torch, fast_op
+x = torch.randn(256, 384, dtype=torch.half, device='cuda', requires_grad=True)
+w = torch.randn(384, 512, dtype=torch.half, device='cuda', requires_grad=True)
+for switch, kernel in [('one-launch', 'oneLaunchBackwardKernel'), ('auto', 'scaleToHalfKernel')]:
+    os.environ['DAY87_FAST_BACKWARD'] = switch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        fast_op.wmma_mm(x, w).sum().backward()
+        torch.cuda.synchronize()
+    names = sorted({event.name for event in profile.events() if 'tuned::' in event.name})
+    print(switch, 'ran', names)
+    assert any(kernel in name for name in names), 'expected ' + kernel
+os.environ['DAY87_FAST_BACKWARD'] = 'cublas'
+try:
+    fast_op.wmma_mm(x, w).sum().backward()
+except RuntimeError as error:
+    print('refused:', error)
+    assert 'must be one-launch, scaled or auto' in str(error) and \"'cublas'\" in str(error)
+else:
+    sys.exit('DAY87_FAST_BACKWARD=cublas was not refused')"
+    step planted-bugs-backward python3 fast/planted_bugs.py backward
 fi
 
 if [ "$part" = hopper-tables ]; then

@@ -4,8 +4,9 @@
     python fast/planted_bugs.py hopper     (a card of capability 9.0): the Hopper kernels'
     python fast/planted_bugs.py cluster    (the same card): version 4's own
     python fast/planted_bugs.py split      (sm_90 and up): version 5's
-    python fast/planted_bugs.py PART "BUG" PART wmma, hopper, cluster or split: its copy
-                                           with no bug, and that one bug
+    python fast/planted_bugs.py backward   (sm_80 and up): the backward in one launch's
+    python fast/planted_bugs.py PART "BUG" PART wmma, hopper, cluster, split or backward:
+                                           its copy with no bug, and that one bug
 
 Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of
 the repository; an edit whose text a file no longer holds stops the run, naming the
@@ -37,7 +38,11 @@ The split part plants version 5's bugs (its reduction in the cluster) and runs t
 gates built for the card with --split (version 5's plan alone, each shape against
 version 1's bits; the ordering build holds every split but the first before it writes
 its partial tile); no PTX walk reads version 5.
-In the Hopper, cluster and split parts a gate that runs past GATE_LIMIT_S (a pipeline
+The backward part plants the bugs of the backward in one launch
+(fast/backward_one_launch.cu) and runs the two gates built for the card with --backward
+(its shapes alone; the ordering build changes nothing in it, so that gate is a second
+run), and racecheck on the plain gate with --backward --small.
+In the Hopper, cluster, split and backward parts a gate that runs past GATE_LIMIT_S (a pipeline
 that lost its barriers' count, or a cluster's barrier that a block never reaches, can
 wait forever) has failed. compute-sanitizer's racecheck runs
 there as a control, on the copy with no bug and on the consumer that does not wait,
@@ -86,12 +91,14 @@ class Bug(NamedTuple):
     hopper: bool = False  # in the Hopper kernels: the Hopper part's
     cluster: bool = False  # in version 4's own code: the cluster part's
     split: bool = False  # in version 5's code (sm_90 and up): the split part's
+    backward: bool = False  # in the backward in one launch (sm_80 and up): the backward part's
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
 VERSION1, SCALE = ("fast/version1_wmma.cuh",), ("fast/scale_to_half.cu",)
 COMMON, VERSION3 = ("fast/common.cuh",), ("fast/version3_persistent.cuh",)
 VERSION4, VERSION5 = ("fast/version4_cluster.cuh",), ("fast/version5_split_cluster.cuh",)
+ONE_LAUNCH = ("fast/backward_one_launch.cu",)
 # Versions 2 and 3 hold the same producer, consumers and epilogue: a bug there is in both.
 HOPPER_PIPELINES = ("fast/version2_hopper.cuh", "fast/version3_persistent.cuh")
 
@@ -170,6 +177,26 @@ BUGS = {
         VERSION5, [("    cluster.sync();\n\n    // This block's share",
                     "\n    // This block's share")],
         (ORDERING_GATE,), by_timing=(GATE,), split=True),
+    # The backward in one launch (the backward part): a warp's sums dropped from the
+    # addition or added twice, which both gates must catch; the addition reading sums
+    # that other warps have not stored yet, and a warp's next chunk written over the
+    # one its lanes still read, which timing may hide from the gates and racecheck
+    # must see.
+    "the backward in one launch drops warp 0's sums": Bug(
+        ONE_LAUNCH, [("for (int w = 0; w < kBackwardWarps; ++w) {",
+                      "for (int w = 1; w < kBackwardWarps; ++w) {")],
+        (GATE, ORDERING_GATE), backward=True),
+    "the backward in one launch adds warp 0's sums twice": Bug(
+        ONE_LAUNCH, [("float first = 0.0f, second = 0.0f;",
+                      "float first = shared[row * kBackwardStride + col],\n"
+                      "              second = shared[row * kBackwardStride + col + 1];")],
+        (GATE, ORDERING_GATE), backward=True),
+    "the backward in one launch adds before every warp has stored": Bug(
+        ONE_LAUNCH, [("__syncthreads();  // every warp's sums stored before any thread adds", "")],
+        (RACECHECK,), by_timing=(GATE, ORDERING_GATE), backward=True),
+    "the backward in one launch fetches over a chunk still read": Bug(
+        ONE_LAUNCH, [("__syncwarp();  // every lane done with the chunk before the next", "")],
+        (RACECHECK,), by_timing=(GATE, ORDERING_GATE), backward=True),
     # No gate's output shows these two (fast/warp_barriers.py says why), so the gates
     # must pass on them, and a gate that does see one is reported. racecheck, which
     # watches every lane's shared-memory accesses, and the PTX walk must fail.
@@ -371,6 +398,10 @@ def main(part, only=None):
         sys.exit(f"planted_bugs.py {part} needs a card of capability 9.0 "
                  f"(this one: {major}.{minor}), where the Hopper kernels run; "
                  "nothing was checked.")
+    if part == "backward" and major < 8:
+        sys.exit(f"planted_bugs.py backward needs a card of capability 8.0 or newer "
+                 f"(this one: {major}.{minor}), where TF32's tensor cores run; "
+                 "nothing was checked.")
     if part == "split" and major < 9:
         sys.exit(f"planted_bugs.py split needs a card of capability 9.0 or newer "
                  f"(this one: {major}.{minor}), where version 5's clusters run; "
@@ -378,11 +409,13 @@ def main(part, only=None):
     # The Hopper part's gates hold sm_90a code (the only code with the kernels' bodies)
     # and check its plans alone; version 1's, the card's own architecture, everything.
     architecture = "90a" if hopper else f"{major}{minor}"
-    gate_arguments = ["--hopper"] if hopper else ["--split"] if part == "split" else []
+    gate_arguments = (["--hopper"] if hopper else ["--split"] if part == "split"
+                      else ["--backward"] if part == "backward" else [])
     gate_limit_s = GATE_LIMIT_S if part != "wmma" else None
     bugs = {name: bug for name, bug in BUGS.items()
             if (bug.hopper == hopper and bug.cluster == (part == "cluster")
-                and bug.split == (part == "split") and only in (None, name))
+                and bug.split == (part == "split") and bug.backward == (part == "backward")
+                and only in (None, name))
             or not bug.edits}
     if only is not None and only not in bugs:
         sys.exit(f"planted_bugs: the {part} part has no bug named {only!r}")
@@ -404,7 +437,8 @@ def main(part, only=None):
             results = {}
             static_checks = ({WGMMA_ORDER: order_problems, TMA_STORE_ORDER: store_problems}
                              if part == "cluster" else {WGMMA_ORDER: order_problems} if hopper
-                             else {} if part == "split" else {WARP_BARRIERS: missing_barriers})
+                             else {} if part in ("split", "backward")
+                             else {WARP_BARRIERS: missing_barriers})
             for static_check, read_ptx in static_checks.items():
                 try:
                     problems = read_ptx(folders[name])
@@ -418,9 +452,11 @@ def main(part, only=None):
                     results[check] = (None, f"the {program} did not build")
                     continue
                 results[check] = run_gate(folders[name], program, gate_arguments, gate_limit_s)
-            if ((RACECHECK in bug.caught_by or not bug.edits) and part == "wmma"
+            if ((RACECHECK in bug.caught_by or not bug.edits) and part in ("wmma", "backward")
                     and results[GATE][0] is not None):
-                results[RACECHECK] = run_racecheck(folders[name])
+                results[RACECHECK] = (run_racecheck(folders[name]) if part == "wmma" else
+                                      run_racecheck(folders[name], ["--backward", "--small"],
+                                                    HOPPER_RACECHECK_LIMIT_S))
             for check, (failed, detail) in results.items():
                 if failed is None:
                     meaning, as_expected = "could not run: NOT AS EXPECTED", False
@@ -441,6 +477,7 @@ def main(part, only=None):
 
 if __name__ == "__main__":
     if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["cluster"],
-                                                  ["split"]):
-        sys.exit("usage: python fast/planted_bugs.py [wmma | hopper | cluster | split] [BUG]")
+                                                  ["split"], ["backward"]):
+        sys.exit("usage: python fast/planted_bugs.py [wmma | hopper | cluster | split | backward] "
+                 "[BUG]")
     main(sys.argv[1] if sys.argv[1:] else "wmma", sys.argv[2] if sys.argv[2:] else None)
