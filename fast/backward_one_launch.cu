@@ -325,13 +325,15 @@ std::string chooseOneLaunchBackward(int64_t m, int64_t n, int64_t k, bool* one_l
     if (wanted == BackwardSwitch::kUnknown)
         return std::string("DAY87_FAST_BACKWARD must be one-launch, scaled or auto; got '") +
                std::getenv("DAY87_FAST_BACKWARD") + "'";
+    *one_launch = false;
+    if (wanted != BackwardSwitch::kOneLaunch) return "";  // the device is not even asked
     bool runs;
     const cudaError_t status = oneLaunchBackwardRuns(&runs);
     if (status != cudaSuccess) return cudaGetErrorString(status);
-    if (wanted == BackwardSwitch::kOneLaunch && !runs)
+    if (!runs)
         return "DAY87_FAST_BACKWARD=one-launch, and this device runs no code for sm_80 or newer "
                "(TF32's tensor cores)";
-    *one_launch = wanted == BackwardSwitch::kOneLaunch && *oneLaunchRefusal(m, n, k, runs) == '\0';
+    *one_launch = *oneLaunchRefusal(m, n, k, runs) == '\0';
     return "";
 }
 

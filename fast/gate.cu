@@ -1,8 +1,9 @@
 // fast/gate.cu: the fast tier's standalone gate. fast/launch_policy.cu's launcher, and
 // each version's tile plans directly (whole and with K split, with and without a bias),
-// against a float64 CPU reference, and the backward's scaling kernel against the
-// same arithmetic on the CPU, with no PyTorch anywhere: if this fails, the kernels
-// are wrong, not the binding.
+// against a float64 CPU reference, the backward's scaling kernel against the same
+// arithmetic on the CPU, and (on a card that runs code for sm_80) the backward in one
+// launch against float64, with no PyTorch anywhere: if this fails, the kernels are
+// wrong, not the binding.
 //
 // Build and run from the lesson's folder (any card from sm_75 up; name yours):
 //   nvcc -O3 -arch=sm_80 -o fast/gate fast/gate.cu && fast/gate
@@ -14,6 +15,7 @@
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
 // On any card from sm_90, version 5's plan is checked too, each shape against version
 // 1's two launches bit for bit (DAY87_FAST_KERNEL=split runs the launcher's shapes on it).
+// --backward checks the backward in one launch alone (fast/planted_bugs.py's backward part).
 //
 // The ordering build adds -DDAY87_ORDERING_BUILD: every split of K then holds for
 // 200,000 SM cycles before it writes its partial sums (long beside the multiply

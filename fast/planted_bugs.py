@@ -192,10 +192,12 @@ BUGS = {
                       "              second = shared[row * kBackwardStride + col + 1];")],
         (GATE, ORDERING_GATE), backward=True),
     "the backward in one launch adds before every warp has stored": Bug(
-        ONE_LAUNCH, [("__syncthreads();  // every warp's sums stored before any thread adds", "")],
+        ONE_LAUNCH, [("__syncthreads();  // every warp's sums stored before any thread adds "
+                      "them", "")],
         (RACECHECK,), by_timing=(GATE, ORDERING_GATE), backward=True),
     "the backward in one launch fetches over a chunk still read": Bug(
-        ONE_LAUNCH, [("__syncwarp();  // every lane done with the chunk before the next", "")],
+        ONE_LAUNCH, [("__syncwarp();  // every lane done with the chunk before the next "
+                      "lands", "")],
         (RACECHECK,), by_timing=(GATE, ORDERING_GATE), backward=True),
     # No gate's output shows these two (fast/warp_barriers.py says why), so the gates
     # must pass on them, and a gate that does see one is reported. racecheck, which
