@@ -1,6 +1,7 @@
-// fast/backward_one_launch.cu: the fast operator's backward for a small layer, both
-// products in one launch: oneLaunchBackwardKernel, and launchOneLaunchBackward, which
-// fast/binding.cpp calls where DAY87_FAST_BACKWARD=one-launch forces it. It is the
+// fast/backward_one_launch.cu: the fast operator's backward with both products in one
+// launch, meant for a small layer: oneLaunchBackwardKernel, and launchOneLaunchBackward,
+// which fast/binding.cpp calls where DAY87_FAST_BACKWARD=one-launch forces it and 32
+// divides M, N and K. It is the
 // backward's second version, a measured experiment: ahead of the first (the three
 // kernels of fast/scale_to_half.cu and cuBLAS) at the lesson's layer alone, behind at
 // every other size measured, so never chosen unforced (checks/NOTES.md, "The backward
@@ -52,7 +53,10 @@ constexpr int kBackwardTile = 32;
 constexpr int kBackwardWarps = 8;
 constexpr int kBackwardThreads = 32 * kBackwardWarps;
 // Shared rows of 32 floats padded by 4: wmma wants a multiple of 4 floats, and the
-// 4 move each row's start by 4 banks, so a fragment's rows do not share a bank.
+// 4 move each row's start by 4 banks, so that grad_a's fragments (read along rows)
+// load with no two lanes on one bank; grad_b's a^T and grad, read down columns, are
+// left with some lanes sharing a bank (worked out from the fragments' layout, not
+// measured).
 constexpr int kBackwardStride = kBackwardTile + 4;
 constexpr int kBackwardChunkFloats = kBackwardTile * kBackwardStride;  // one operand's chunk
 // A warp's shared memory: a chunk of each operand, then (reused) its 32 x 32 sums.
@@ -298,7 +302,10 @@ cudaError_t oneLaunchBackwardRuns(bool* runs) {
             status = cudaFuncSetAttribute(oneLaunchBackwardKernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kBackwardSharedBytes));
-        if (status != cudaSuccess) return status;
+        if (status != cudaSuccess) {
+            cudaGetLastError();  // returned here: not left for the next caller to find
+            return status;
+        }
         cached_device = device;
         cached_runs = runs;
     }
@@ -321,15 +328,16 @@ const char* oneLaunchRefusal(int64_t m, int64_t n, int64_t k, bool runs) {
 // whose sizes the tile divides, and the three kernels the rest (as version 4, forced,
 // leaves an odd number of tile rows to version 3); a device with no TF32 code refuses.
 std::string chooseOneLaunchBackward(int64_t m, int64_t n, int64_t k, bool* one_launch) {
+    *one_launch = false;
     const BackwardSwitch wanted = backwardSwitch();
     if (wanted == BackwardSwitch::kUnknown)
         return std::string("DAY87_FAST_BACKWARD must be one-launch, scaled or auto; got '") +
                std::getenv("DAY87_FAST_BACKWARD") + "'";
-    *one_launch = false;
     if (wanted != BackwardSwitch::kOneLaunch) return "";  // the device is not even asked
     bool runs;
     const cudaError_t status = oneLaunchBackwardRuns(&runs);
-    if (status != cudaSuccess) return cudaGetErrorString(status);
+    if (status != cudaSuccess)
+        return std::string("DAY87_FAST_BACKWARD=one-launch: ") + cudaGetErrorString(status);
     if (!runs)
         return "DAY87_FAST_BACKWARD=one-launch, and this device runs no code for sm_80 or newer "
                "(TF32's tensor cores)";

@@ -340,13 +340,13 @@ def print_block(shape, lines, calls, both_orders=False):
     if both_orders:
         # Each line's graph is captured under its own switches (a graph keeps the
         # kernels it captured), then the graphs are replayed in turn.
-        def under_its_kernel(line):
+        def under_its_switches(line):
             def call():
                 with line_switches(line):
                     return line.call()
             return call
         in_order, reversed_order = timing.graphs_in_turn(
-            [under_its_kernel(line) for line in lines], calls)
+            [under_its_switches(line) for line in lines], calls)
         for index in timings:
             timings[index] = [timings[index][0]._replace(gpu=in_order[index].median),
                               timings[index][0]._replace(gpu=reversed_order[index].median)]
@@ -502,9 +502,11 @@ def step_table():
         timings, spreads, cublas = print_block(f"M={m} K={k} N={n}", [
             Line("lesson", "op.wmma_mm, op.py's FP32 backward",
                  training_step(op.wmma_mm, x, w, grad), error),
-            Line("fast", "fast_op.wmma_mm, its tensor-core backward", fast_step, error),
+            # "auto" for both switches: a line as it chooses whatever the shell exported.
+            Line("fast", "fast_op.wmma_mm, its tensor-core backward", fast_step, error,
+                 kernel="auto", backward="auto"),
             *([Line("fast", "  DAY87_FAST_BACKWARD=one-launch", fast_step, error,
-                    backward="one-launch")] if one_launch else []),
+                    kernel="auto", backward="one-launch")] if one_launch else []),
             Line("cuBLAS", "x @ w, FP16", training_step(fp16_forward, x, w, grad16), error16),
             Line("compiled", "x @ w, FP16", training_step(peer, x, w, grad16), error16),
         ], timing.calls_for(m, n, k), both_orders=True)
@@ -533,7 +535,8 @@ def backward_table():
             Line("lesson", "op._backward(ctx, grad): two FP32 matmuls",
                  lambda: op._backward(context, grad), error),
             Line("fast", "torch.ops.day87_fast.wmma_mm_backward(grad, x, w)",
-                 lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error),
+                 lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error,
+                 backward="auto"),
             *([Line("fast", "  DAY87_FAST_BACKWARD=one-launch",
                     lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error,
                     backward="one-launch")] if one_launch else []),

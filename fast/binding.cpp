@@ -2,7 +2,8 @@
 //
 // In order: the contract for a and b, the bias's contract, the CUDA implementations
 // (fast/launch_policy.cu's launcher, with a workspace for split K), the tensor-core backward
-// in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's handle), the
+// in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's handle; or, where
+// DAY87_FAST_BACKWARD=one-launch forces it, fast/backward_one_launch.cu's one grid), the
 // float64 CPU implementations, and the registrations under the namespace day87_fast,
 // so that one process can load the lesson and this operator side by side.
 //
@@ -228,9 +229,9 @@ void halfProduct(const std::string& op, const __half* left, bool transpose_left,
 // grad_b = a^T @ grad where a is given (the lesson's _setup_context saves each input only
 // when its partner needs a gradient), FP16, from an FP32 grad. fast/scale_to_half.cu says
 // why grad is scaled by a power of two first. One dispatcher call and three kernels
-// (the scaling, two cuBLAS products): each op that autograd's backward thread issues
-// costs tens of microseconds of host time, and the same work as twelve ATen ops made
-// a small layer's step host-bound.
+// (the scaling, two cuBLAS products), or one where forced (fast/backward_one_launch.cu):
+// each op that autograd's backward thread issues costs tens of microseconds of host
+// time, and the same work as twelve ATen ops made a small layer's step host-bound.
 std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
                                                       const std::optional<at::Tensor>& a,
                                                       const std::optional<at::Tensor>& b) {
@@ -247,6 +248,9 @@ std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
                 op + ": b must be K x N for an M x N grad");
     TORCH_CHECK(!a.has_value() || (a->dim() == 2 && a->size(0) == grad.size(0)),
                 op + ": a must be M x K for an M x N grad");
+    TORCH_CHECK(!a.has_value() || !b.has_value() || a->size(1) == b->size(0),
+                op, ": a must be M x K and b K x N with one K; got a: ", described(*a), ", b: ",
+                described(*b));
     const c10::cuda::CUDAGuard guard(grad.device());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(grad.device().index()).stream();
     const int64_t m = grad.size(0), n = grad.size(1);
@@ -268,7 +272,7 @@ std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
     bool one_launch = false;
     const std::string refusal = tuned::chooseOneLaunchBackward(m, n, k, &one_launch);
     TORCH_CHECK(refusal.empty(), op, ": ", refusal);
-    if (one_launch) {  // a small layer: both products in one grid, grad read in FP32
+    if (one_launch) {  // forced: both products in one grid, grad read in FP32
         const cudaError_t status = tuned::launchOneLaunchBackward(
             grad.const_data_ptr<float>(), grad.stride(0), grad.stride(1),
             a.has_value() ? input(*a) : nullptr, b.has_value() ? input(*b) : nullptr,

@@ -550,8 +550,8 @@ bool checkBackward(const char* name, int m, int k, int n, int64_t row_stride, in
                 const double bound = std::ldexp(std::fabs(sum), -11) +
                                      (std::ldexp(1.0, -11) + inner * std::ldexp(1.0, -23)) *
                                          magnitude + std::ldexp(1.0, -25);
-                const double error = std::fabs(value - sum);
-                ratio = std::max(ratio, error <= bound ? error / bound : INFINITY);
+                const double error = std::fabs(value - sum);  // NaN where unwritten
+                ratio = std::max(ratio, std::isnan(error) ? INFINITY : error / bound);
             }
         return ratio;
     };
@@ -577,7 +577,8 @@ bool checkBackward(const char* name, int m, int k, int n, int64_t row_stride, in
 
 // The backward in one launch's shapes (M, K, N): the lesson's first layer and the
 // shape of its second forward, one tile, tiles of grad_a and grad_b in unequal counts,
-// grad transposed and with padded rows (torch.cat's part), each gradient alone.
+// grad transposed, with padded rows (torch.cat's part) and expanded (strides 0 and 0:
+// what c.sum().backward() hands over), each gradient alone.
 bool checkBackwardShapes(std::mt19937& generator) {
     bool pass = checkBackward("the lesson's layer", 256, 384, 512, 512, 1, true, true, generator);
     pass &= checkBackward("the lesson's 2nd shape", 512, 128, 1024, 1024, 1, true, true, generator);
@@ -586,6 +587,7 @@ bool checkBackwardShapes(std::mt19937& generator) {
     pass &= checkBackward("odd counts of 32", 96, 160, 224, 224, 1, true, true, generator);
     pass &= checkBackward("grad transposed", 256, 128, 192, 1, 256, true, true, generator);
     pass &= checkBackward("grad's rows padded", 128, 192, 256, 300, 1, true, true, generator);
+    pass &= checkBackward("grad expanded (sum's)", 128, 192, 256, 0, 0, true, true, generator);
     pass &= checkBackward("grad_a alone", 128, 192, 256, 256, 1, true, false, generator);
     pass &= checkBackward("grad_b alone", 128, 192, 256, 256, 1, false, true, generator);
     return pass;
