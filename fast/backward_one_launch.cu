@@ -1,11 +1,10 @@
 // fast/backward_one_launch.cu: the fast operator's backward with both products in one
 // launch, meant for a small layer: oneLaunchBackwardKernel, and launchOneLaunchBackward,
 // which fast/binding.cpp calls where DAY87_FAST_BACKWARD=one-launch forces it and 32
-// divides M, N and K. It is the
-// backward's second version, a measured experiment: ahead of the first (the three
-// kernels of fast/scale_to_half.cu and cuBLAS) at the lesson's layer alone, behind at
-// every other size measured, so never chosen unforced (checks/NOTES.md, "The backward
-// in one launch", has its three forms and their figures).
+// divides M, N and K. It is the backward's second version, a measured experiment: ahead
+// of the first (the three kernels of fast/scale_to_half.cu and cuBLAS) at the lesson's
+// layer alone, behind at every other size measured, so never chosen unforced
+// (checks/NOTES.md, "The backward in one launch", has its three forms and their figures).
 //
 // Built by fast/fast_op.py beside launch_policy.cu, scale_to_half.cu and binding.cpp;
 // included by fast/gate.cu, which checks it against float64 with no PyTorch
