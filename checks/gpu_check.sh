@@ -29,25 +29,8 @@ case "$part" in
     *) echo "usage: bash checks/gpu_check.sh lesson|answer-key|mistakes|builds OUT" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."   # the lesson's folder
-mkdir -p "$out"
-log="$out/$part.log"
-: >"$log"
-export PYTHONUNBUFFERED=1
-failures=0
-
-step() {  # step NAME COMMAND...: run, log, and count a failure
-    local name=$1
-    shift
-    echo "=== $name: $*" | tee -a "$log"
-    local start=$SECONDS
-    "$@" 2>&1 | tee -a "$log"
-    local status=${PIPESTATUS[0]}
-    echo "=== $name: exit $status after $((SECONDS - start)) s" | tee -a "$log"
-    [ "$status" -eq 0 ] || failures=$((failures + 1))
-}
-
-step provenance bash -c 'date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader;
-    nvcc --version | tail -2; python3 -c "import torch; print(\"torch\", torch.__version__)"'
+# OUT and its log, step, and the provenance step: shared with fast/proof/gpu_check.sh
+source checks/gpu_check_steps.sh
 # This card's architecture, for the gate's native build.
 arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
 
@@ -60,16 +43,7 @@ if [ "$part" = lesson ]; then
     step hardening python3 checks/hardening.py
     step fuzz python3 checks/fuzz.py "${FUZZ_CALLS:-5000}" --seed 87
     # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
-    step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics \
-gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
-l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,\
-lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,\
-sm__warps_active.avg.per_cycle_active,smsp__average_warp_latency_issue_stalled_wait.ratio,\
-smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
-smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
-smsp__average_warp_latency_issue_stalled_math_pipe_throttle.ratio,\
-smsp__average_warp_latency_issue_stalled_mio_throttle.ratio,\
-smsp__average_warp_latency_issue_stalled_barrier.ratio \
+    step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics "$ncu_metrics" \
         python3 -c "import torch, op; a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); op.wmma_mm(a, a); torch.cuda.synchronize()"
     step registration-bands python3 checks/registration_bands.py --svg "$out/bands.svg"
     # Row 11 against a binding that synchronizes the device after each launch, which

@@ -5,7 +5,7 @@
 Second derivatives (a gradient penalty or a Hessian-vector product takes them) and
 CUDA graph capture: neither is a question the lesson asks, so neither is in the
 student's table (test_op.py), but a change to the operator must not break them.
-They take an Operator as test_op.py's rows do: fast/test_fast.py appends ROWS to
+They take an Operator as test_op.py's rows do: fast/tests/test_fast.py appends ROWS to
 its table, and checks/self_test.py hands them deliberately wrong operators. An
 operator whose backward rounds more than the lesson's gives its gradients an
 allowance of its own (gradient_ratio says how). The last line is "N passed, N
@@ -118,7 +118,7 @@ def check_cuda_graph(operator):
 
 
 # (name, what it compares, check(operator)): whoever runs the rows passes the operator
-# (this file's main, fast/test_fast.py, checks/self_test.py). The CUDA graph last: a
+# (this file's main, fast/tests/test_fast.py, checks/self_test.py). The CUDA graph last: a
 # capture that fails leaves the CUDA generator in capture state, and every later
 # torch.randn on the GPU in this process raises.
 ROWS = (("15 double backward, cpu f64", "gradgradcheck: second derivatives",

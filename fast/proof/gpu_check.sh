@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# fast/proof/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
+# in nine parts that each run on their own, none of them long.
+#
+#   bash fast/proof/gpu_check.sh gate OUT       # proof/gate.cu and its ordering build,
+#                                               # compute-sanitizer on the gate and on the
+#                                               # operators through torch, the warp
+#                                               # barriers in the PTX, the planted bugs
+#                                               # that these must catch, the lesson's
+#                                               # table against day87_fast
+#                                               # (tests/test_fast.py), its self-test
+#                                               # (proof/self_test_fast.py), which plan
+#                                               # ran, ncu on the forward
+#   bash fast/proof/gpu_check.sh bench OUT      # bench/bench.py: every table, day 88's
+#                                               # included
+#   bash fast/proof/gpu_check.sh forward OUT    # the tile plans: the gate for sm_90a and
+#                                               # compute_75, the sm_75 cubin's registers,
+#                                               # every forward variant timed
+#   bash fast/proof/gpu_check.sh compute75 OUT  # the T4's code path, compute_75 PTX that
+#                                               # the driver compiles for this card: the
+#                                               # gate and compute-sanitizer, the table,
+#                                               # which plan ran, the plans among the
+#                                               # variants
+#   bash fast/proof/gpu_check.sh hopper OUT     # the Hopper kernels (an H100 or H200): the
+#                                               # gate for sm_90a, its launcher chosen and
+#                                               # forced to each, its ordering build,
+#                                               # memcheck and synccheck at shapes up to
+#                                               # 512, wgmma_order, the Hopper planted bugs
+#   bash fast/proof/gpu_check.sh cluster OUT    # version 4 (the same card): the gate forced
+#                                               # to it, the ordering build, racecheck,
+#                                               # synccheck and memcheck on the Hopper plans
+#                                               # up to 512, tma_store_order, the tile order
+#                                               # timed on versions 3 and 4, version 4's
+#                                               # planted bugs
+#   bash fast/proof/gpu_check.sh split OUT      # version 5 (sm_90 and up): the gate, forced
+#                                               # to it, its ordering build, the sanitizers
+#                                               # at shapes up to 512, its planted bugs, the
+#                                               # table forced to it, which kernel and plan
+#                                               # ran
+#   bash fast/proof/gpu_check.sh backward OUT   # the backward in one launch (sm_80 and
+#                                               # up): its gate and the sanitizers on it,
+#                                               # the table forced to it and to the three
+#                                               # kernels, which kernels ran, a switch it
+#                                               # refuses, its planted bugs
+#   bash fast/proof/gpu_check.sh hopper-tables OUT  # the extension as an H100's user
+#                                               # builds it (no TORCH_CUDA_ARCH_LIST):
+#                                               # HGMMA in its SASS, the table forced to
+#                                               # each kernel and chosen, and for 7.5+PTX
+#                                               # (the T4's code); a switch it refuses;
+#                                               # bench.py's forward table
+#
+# Run it from anywhere. OUT is taken from the lesson's folder (fast/..), as
+# checks/gpu_check.sh takes it, and the checks run in fast/, where its tools run as
+# modules (python3 -m proof.planted_bugs). Each step's output goes to the console and
+# to OUT/PART.log; the exit status is the number of steps that failed.
+set -u
+part=${1:-}
+out=${2:-}
+case "$part" in
+    gate | bench | forward | compute75 | hopper | cluster | split | backward | hopper-tables)
+        [ -n "$out" ] || { echo "usage: bash fast/proof/gpu_check.sh $part OUT" >&2; exit 2; }
+        ;;
+    *)
+        echo "usage: bash fast/proof/gpu_check.sh" \
+            "gate|bench|forward|compute75|hopper|cluster|split|backward|hopper-tables OUT" >&2
+        exit 2
+        ;;
+esac
+cd "$(dirname "$0")/../.."   # the lesson's folder, where OUT is taken from
+# OUT and its log, step, and the provenance step: shared with checks/gpu_check.sh
+source checks/gpu_check_steps.sh
+cd fast   # where fast/'s tools run, as modules
+
+# Which kernel and tile plan day87_fast::wmma_mm ran at the lesson's first shape, by the
+# kernel's name in the profiler; it fails unless the name holds EXPECTED_PLAN.
+plan_run='import os
+import torch, day87_fast
+a = torch.randn(256, 384, dtype=torch.half, device="cuda")
+b = torch.randn(384, 512, dtype=torch.half, device="cuda")
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+    day87_fast.wmma_mm(a, b)
+    torch.cuda.synchronize()
+names = sorted({event.name for event in profile.events() if "tuned::" in event.name})
+print("kernels run:", names)
+assert any(os.environ["EXPECTED_PLAN"] in name for name in names), '
+plan_run+='"expected " + os.environ["EXPECTED_PLAN"]'
+
+# The operators through torch, for compute-sanitizer: the forward (K split on a large
+# card), the forward with a bias, both backwards, and a K of 48 (a tail stage).
+driver='import torch, day87_fast
+a = torch.randn(256, 384, dtype=torch.half, device="cuda", requires_grad=True)
+b = torch.randn(384, 512, dtype=torch.half, device="cuda", requires_grad=True)
+bias = torch.randn(512, device="cuda", requires_grad=True)
+day87_fast.wmma_mm(a, b).sum().backward()
+day87_fast.wmma_mm_bias(a, b, bias).sum().backward()
+day87_fast.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), '
+driver+='torch.randn(48, 256, dtype=torch.half, device="cuda"))
+torch.cuda.synchronize()
+print("driver: wmma_mm and wmma_mm_bias, forward and backward, done")'
+
+if [ "$part" = gate ]; then
+    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" \
+        -o "$out/gate" proof/gate.cu
+    step gate "$out/gate"
+    # The ordering build: every split holds before writing its partial sums, and the
+    # scale's block 0 before writing its largest magnitude (proof/gate.cu says why).
+    step gate-ordering-build nvcc -O3 -gencode "arch=compute_$arch,code=sm_$arch" \
+        -DDAY87_ORDERING_BUILD -o "$out/gate_ordering" proof/gate.cu
+    step gate-ordering "$out/gate_ordering"
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$out/gate"
+    done
+    # memcheck only: initcheck reports every element of the backward's two cuBLAS
+    # products as an uninitialized read, while each of those elements is checked
+    # right against float64 (fast/NOTES.md, 2026-11-30).
+    step sanitize-torch-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -c "$driver"
+    # The epilogue's warp barriers, read from the PTX: no run can see a missing one.
+    step warp-barriers python3 -m proof.ptx.warp_barriers
+    step planted-bugs python3 -m proof.planted_bugs
+    step table python3 -m tests.test_fast
+    step self-test python3 -m proof.self_test_fast
+    wmma_plan="wmmaGemmKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
+    step plan-run env EXPECTED_PLAN="$wmma_plan" python3 -c "$plan_run"
+    # What limits the kernel at 4096^3: tensor-pipe, shared-memory and L2 use, and why warps stall.
+    step ncu ncu --clock-control none -k regex:wmmaGemmKernel -c 1 --metrics "$ncu_metrics" \
+        python3 -c "import torch, day87_fast; \
+a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); \
+day87_fast.wmma_mm(a, a); torch.cuda.synchronize()"
+fi
+
+if [ "$part" = bench ]; then
+    step bench python3 -m bench.bench --picture "$out/bench-forward.svg"
+fi
+
+if [ "$part" = forward ]; then
+    step gate-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -o "$out/gate" proof/gate.cu
+    step gate "$out/gate"
+    step gate-compute75-build nvcc -O3 -gencode arch=compute_75,code=compute_75 \
+        -o "$out/gate75" proof/gate.cu
+    step gate-compute75 "$out/gate75"
+    # The registers each plan takes in a T4's machine code: the occupancy arithmetic
+    # in fast/NOTES.md starts from these.
+    step sm75-resources bash -c "for source in launch_policy backward_version1_scaled; do
+        nvcc -O3 -cubin -gencode arch=compute_75,code=sm_75 -o $out/\$source.cubin \
+            csrc/\$source.cu &&
+        cuobjdump --dump-resource-usage $out/\$source.cubin; rm -f $out/\$source.cubin; done"
+    step forward-variants python3 -m bench.forward_variants
+fi
+
+if [ "$part" = compute75 ]; then
+    # The T4's code path: compute_75 PTX, which the driver compiles for this card at
+    # load. __CUDA_ARCH__ is 750 in it: synchronous copies, no cp.async, TuringPlan.
+    step gate-compute75-build nvcc -O3 -lineinfo -gencode arch=compute_75,code=compute_75 \
+        -o "$out/gate75" proof/gate.cu
+    step gate-compute75 "$out/gate75"
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-compute75-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$out/gate75"
+    done
+    export TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75"
+    step table-compute75 python3 -m tests.test_fast
+    step sanitize-torch-compute75-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+        python3 -c "$driver"
+    step compute75-contents \
+        bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87_fast-*/day87_fast_ext.so"
+    step compute75-plan-run \
+        env EXPECTED_PLAN="wmmaGemmKernel<tuned::version1::TilePlan<128, 128, 64, 64, 16, 2>" \
+        python3 -c "$plan_run"
+    step compute75-variants python3 -m bench.forward_variants Plan
+    unset TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR
+    rm -rf "$out"/cache75
+fi
+
+if [ "$part" = hopper ]; then
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/gate" proof/gate.cu
+    step gate "$out/gate"
+    step gate-hopper-forced env DAY87_FAST_KERNEL=hopper "$out/gate"
+    step gate-persistent-forced env DAY87_FAST_KERNEL=persistent "$out/gate"
+    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" proof/gate.cu
+    step gate-ordering "$out/gate_ordering"
+    for tool in memcheck synccheck; do
+        step "sanitize-gate-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$out/gate" --small
+    done
+    step wgmma-order python3 -m proof.ptx.wgmma_order
+    step planted-bugs-hopper python3 -m proof.planted_bugs hopper
+fi
+
+if [ "$part" = cluster ]; then
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/gate" proof/gate.cu
+    step gate-cluster-forced env DAY87_FAST_KERNEL=cluster "$out/gate"
+    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" proof/gate.cu
+    step gate-ordering-hopper "$out/gate_ordering" --hopper
+    # the Hopper plans alone (versions 2 to 4), at shapes up to 512
+    for tool in racecheck synccheck memcheck; do
+        step "sanitize-gate-hopper-small-$tool" compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 "$out/gate" --small --hopper
+    done
+    step tma-store-order python3 -m proof.ptx.tma_store_order
+    step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/tile_order" bench/tile_order.cu
+    step tile-order "$out/tile_order"
+    step planted-bugs-cluster python3 -m proof.planted_bugs cluster
+fi
+
+if [ "$part" = split ]; then
+    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/gate" proof/gate.cu
+    step gate "$out/gate"
+    step gate-split-forced env DAY87_FAST_KERNEL=split "$out/gate"
+    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
+        -o "$out/gate_ordering" proof/gate.cu
+    step gate-ordering "$out/gate_ordering"
+    # version 5's plan alone, at shapes up to 512 (the hopper and cluster parts sanitize
+    # the Hopper plans)
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-split-small-$tool" compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 "$out/gate" --small --split
+    done
+    step sanitize-torch-split-memcheck env DAY87_FAST_KERNEL=split compute-sanitizer \
+        --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step table-split env DAY87_FAST_KERNEL=split python3 -m tests.test_fast
+    split_plan="wmmaClusterSplitKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
+    step plan-run env DAY87_FAST_KERNEL=split EXPECTED_PLAN="$split_plan" python3 -c "$plan_run"
+    step planted-bugs-split python3 -m proof.planted_bugs split
+fi
+
+if [ "$part" = backward ]; then
+    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" \
+        -o "$out/gate" proof/gate.cu
+    step gate-backward "$out/gate" --backward
+    for tool in memcheck racecheck synccheck initcheck; do
+        step "sanitize-gate-backward-small-$tool" compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 "$out/gate" --small --backward
+    done
+    step sanitize-torch-backward-memcheck env DAY87_FAST_BACKWARD=one-launch compute-sanitizer \
+        --tool memcheck --error-exitcode 1 python3 -c "$driver"
+    step table-one-launch env DAY87_FAST_BACKWARD=one-launch python3 -m tests.test_fast
+    step table-scaled env DAY87_FAST_BACKWARD=scaled python3 -m tests.test_fast
+    step backward-run python3 -c "import os, sys
+import torch, day87_fast
+x = torch.randn(256, 384, dtype=torch.half, device='cuda', requires_grad=True)
+w = torch.randn(384, 512, dtype=torch.half, device='cuda', requires_grad=True)
+for switch, kernel in [('one-launch', 'oneLaunchBackwardKernel'), ('auto', 'scaleToHalfKernel')]:
+    os.environ['DAY87_FAST_BACKWARD'] = switch
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        day87_fast.wmma_mm(x, w).sum().backward()
+        torch.cuda.synchronize()
+    names = sorted({event.name for event in profile.events() if 'tuned::' in event.name})
+    print(switch, 'ran', names)
+    assert any(kernel in name for name in names), 'expected ' + kernel
+os.environ['DAY87_FAST_BACKWARD'] = 'cublas'
+try:
+    day87_fast.wmma_mm(x, w).sum().backward()
+except RuntimeError as error:
+    print('refused:', error)
+    assert 'must be one-launch, scaled or auto' in str(error) and \"'cublas'\" in str(error)
+else:
+    sys.exit('DAY87_FAST_BACKWARD=cublas was not refused')"
+    step planted-bugs-backward python3 -m proof.planted_bugs backward
+fi
+
+if [ "$part" = hopper-tables ]; then
+    # The list a user's H100 or H200 gets from its card, 9.0+PTX: plain sm_90 code, to
+    # which day87_fast adds sm_90a; the driver must choose the latter for the kernel to run.
+    export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
+    saved_arch_list=${TORCH_CUDA_ARCH_LIST-}
+    unset TORCH_CUDA_ARCH_LIST
+    step table-cluster env DAY87_FAST_KERNEL=cluster python3 -m tests.test_fast
+    step table-persistent env DAY87_FAST_KERNEL=persistent python3 -m tests.test_fast
+    step table-hopper env DAY87_FAST_KERNEL=hopper python3 -m tests.test_fast
+    library="$out/cache-hopper/day87_fast-*/day87_fast_ext.so"
+    step library-sass bash -c "cuobjdump --list-elf --list-ptx $library &&
+        echo \"HGMMA instructions: \$(cuobjdump --dump-sass $library | grep -c HGMMA)\""
+    step table-auto python3 -m tests.test_fast
+    step table-wmma env DAY87_FAST_KERNEL=wmma python3 -m tests.test_fast
+    step table-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" \
+        python3 -m tests.test_fast
+    step switch-refused python3 -c "import os, sys
+import torch, day87_fast
+os.environ['DAY87_FAST_KERNEL'] = 'cublas'
+a = torch.randn(128, 16, dtype=torch.half, device='cuda')
+try:
+    day87_fast.wmma_mm(a, a.new_zeros(16, 128))
+except RuntimeError as error:
+    print('refused:', error)
+    assert 'must be split, cluster, persistent, hopper, wmma or auto' in str(error)
+    assert \"'cublas'\" in str(error)
+else:
+    sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
+    step bench-forward python3 -m bench.bench --forward --picture "$out/bench-forward.svg"
+    [ -n "$saved_arch_list" ] && export TORCH_CUDA_ARCH_LIST="$saved_arch_list"
+    unset TORCH_EXTENSIONS_DIR
+    rm -rf "$out"/cache-hopper "$out"/cache75
+fi
+
+rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order"
+echo "fast/proof/gpu_check $part: $failures step(s) failed" | tee -a "$log"
+exit "$failures"

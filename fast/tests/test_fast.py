@@ -1,0 +1,74 @@
+"""test_fast.py: the lesson's table (test_op.py), run against day87_fast::wmma_mm.
+
+    cd fast && python -m tests.test_fast
+
+The lesson's rows 1 to 14, the exercise's included: check 6 grades this folder's own
+wmma_mm_bias. Row 13 is fast/'s (tests/scaled_backward_checks.py): the lesson's
+gradients, bounded with the allowance for grad rounded to FP16. After row 14 come
+its own row, "13 backward accuracy, scaled", and checks/hardening.py's rows 15 and
+16 (row 16 with the same allowance). The same provenance and closing line as
+`python test_op.py`; the exit status is 1 if anything failed.
+
+FAST, the fast operator as the table sees it, is importable: proof/self_test_fast.py
+hands its checks deliberately wrong backwards. Importing this file builds the
+operator (day87_fast).
+"""
+
+import faulthandler
+import os
+import sys
+
+from tests import lesson_folder  # noqa: F401  the lesson's test_op.py and checks/ importable
+
+import day87_fast  # noqa: E402
+import hardening  # noqa: E402
+import test_op  # noqa: E402
+from tests.scaled_backward_checks import (BACKWARD_ACCURACY_ROW,  # noqa: E402
+                                          SCALED_BACKWARD_ROW, gradient_allowance)
+
+
+class FastOperator(test_op.Operator):
+    """day87_fast as the table sees it. The profiler row names the kernel that the path
+    runs at its shape (256 x 512, K = 128): the one DAY87_FAST_KERNEL forces, else
+    version 1, which the automatic choice takes for a grid as small as that
+    (fast/csrc/launch_policy.cu's chooseLaunch). Its gradients get gradient_allowance beyond
+    the lesson's bound (checks/hardening.py's row 16 asks for it)."""
+    kernel = {"split": "tuned::version5::wmmaClusterSplitKernel",
+              "cluster": "tuned::version4::hopperClusterKernel",
+              "persistent": "tuned::version3::hopperPersistentKernel",
+              "hopper": "tuned::version2::hopperGemmKernel"}.get(
+                  os.environ.get("DAY87_FAST_KERNEL"), "tuned::version1::wmmaGemmKernel")
+    gradient_allowance = staticmethod(gradient_allowance)
+    python_name = "day87_fast/__init__.py"  # where its fake and backward are registered
+
+
+FAST = FastOperator(day87_fast.NAMESPACE, day87_fast)
+
+
+def with_operator(rows, operator):
+    """(name, what it compares, check(operator)) rows as run_table takes them."""
+    return [(name, compares, lambda check=check: check(operator))
+            for name, compares, check in rows]
+
+
+def fast_rows(operator=FAST):
+    """The lesson's rows 1 to 14 with row 13 this folder's, then the rows of its own."""
+    rows = test_op.lesson_rows(operator)
+    # The lesson's row 13 bounds the error of its FP32 backward; this one rounds grad
+    # to FP16 first. index() raises where the lesson's table has no such row.
+    row_13 = [name for name, _, _ in rows].index(BACKWARD_ACCURACY_ROW[0])
+    rows[row_13:row_13 + 1] = with_operator([BACKWARD_ACCURACY_ROW], operator)
+    return rows + with_operator([SCALED_BACKWARD_ROW, *hardening.ROWS], operator)
+
+
+def main():
+    # As test_op.py's main: a crash in native code prints the Python stack that led to it.
+    faulthandler.enable()
+    test_op.print_provenance(FAST)
+    reason = test_op.why_no_kernel(FAST)
+    notes = [f"the CUDA kernel was not run: {reason}"] if reason else []
+    sys.exit(0 if test_op.run_table(fast_rows(FAST), notes) else 1)
+
+
+if __name__ == "__main__":
+    main()
