@@ -437,17 +437,19 @@ def test_damaged_library(tmp_path):
 
 
 STALE_BACKWARD = """
-import test_op, torch, op  # test_op first: it sets what the harness sets
+import test_op, torch, op
 a = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 b = torch.randn(3, 5, dtype=torch.float64)
-torch.compile(lambda a, b: op.wmma_mm(a, b).sum())(a, b).backward()
+with test_op.without_autograd_cache():  # as the harness's compile rows compile
+    torch.compile(lambda a, b: op.wmma_mm(a, b).sum())(a, b).backward()
 print(torch.allclose(a.grad, torch.ones(4, 5, dtype=torch.float64) @ b.t()))
 """
 
 
 def test_compiled_backward_is_the_current_one(tmp_path):
-    """An edited _backward is the one torch.compile runs in the harness's process,
-    whatever inductor's on-disk autograd cache compiled before the edit."""
+    """An edited _backward is the one torch.compile runs under the harness's switch
+    (test_op.without_autograd_cache, which the compile rows use), whatever inductor's
+    on-disk autograd cache compiled before the edit."""
     folder = copy_lesson(tmp_path / "lesson")
     shutil.copy2(os.path.join(LESSON, "test_op.py"), folder)
     cache, inductor_cache = tmp_path / "cache", str(tmp_path / "inductor-cache")
