@@ -4,11 +4,12 @@
 
 A row per check: pass, FAIL or skip, and why; the exit status is 1 if any failed.
 Checks 1 to 6 are the lesson's, 7 to 13 prove the rest of what it promises, 14
-compiles gate.cu.
+builds gate.cu and, where a GPU is visible, runs it.
 """
 
 import argparse
 import collections
+import contextlib
 import copy
 import datetime
 import faulthandler
@@ -22,6 +23,7 @@ import pathlib
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import traceback
@@ -31,9 +33,6 @@ if __name__ == "__main__":
     # --help answers before torch loads.
     argparse.ArgumentParser(description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-
-# Else torch.compile may run a backward cached before an edit (pytorch#144344).
-os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
 
 import torch  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode, UnsupportedOperatorException  # noqa: E402
@@ -46,6 +45,7 @@ import op  # noqa: E402
 class Operator:
     """What the table checks, and where a failure's fix goes."""
     kernel = "wmmaGemmKernel"  # row 10 looks for it under the forward
+    gate = None  # row 14's gate.cu; None: the one beside python_file
 
     def __init__(self, namespace, module):
         self.namespace, self.module = namespace, module
@@ -71,9 +71,18 @@ class Operator:
     def folder(self):
         return os.path.dirname(os.path.abspath(self.python_file))
 
+    @property
+    def gate_source(self):
+        return self.gate or os.path.join(self.folder, "gate.cu")
+
     def with_wrapper(self, wrapper):
         other = copy.copy(self)
         other.wrapper = wrapper
+        return other
+
+    def with_gate(self, source):  # row 14 on another gate.cu (checks/self_test.py's wrong one)
+        other = copy.copy(self)
+        other.gate = source
         return other
 
 
@@ -786,9 +795,25 @@ def check_autograd(operator, device):
     return "only a, only b, both: every gradient matches float64"
 
 
+def without_autograd_cache():
+    """torch.compile's on-disk autograd cache can serve a backward compiled before an edit
+    of _backward (pytorch#144344): the compile rows switch it off for their own compiles.
+    A patch of torch's config, undone as the row ends: importing this file changes nothing,
+    neither torch's settings nor the environment, for a program that imports it."""
+    from torch._functorch import config  # torch 2.11 and 2.14 name the switch alike
+    if not hasattr(config, "enable_autograd_cache"):  # a torch older than the cache
+        return contextlib.nullcontext()
+    return config.patch(enable_autograd_cache=False)
+
+
 def check_compile(operator, device):
     """Failure modes: with no fake the graph splits; a fake's bare torch._check says
     only "Expected cond to be True"; a TypeError in a fake logs a wall of text."""
+    with without_autograd_cache():
+        return compile_questions(operator, device)
+
+
+def compile_questions(operator, device):  # check_compile's, with the autograd cache off
     mm = operator.wrapper
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
@@ -970,28 +995,128 @@ def check_backward_accuracy(operator):
     return "; ".join(report)
 
 
-def check_gate_compiles(operator):
-    """gate.cu calls the launcher too, so a change to its parameters must reach it.
-    Compiled, not linked: pip's toolkit has no static runtime; checks/ runs it."""
+# --- Row 14: the standalone gate, built with nvcc alone and run ---
+# The lesson's gate takes about a second on an H200, fast/'s about twenty: a gate still
+# running after this long waits on something that never comes (a kernel that never ends).
+GATE_TIME_LIMIT = 120  # seconds
+
+# What a failed run of the gate most often means while the exercise is being done.
+GATE_HINT = ("Doing the exercise? gate.cu calls launchWmmaGemm itself: its arguments follow "
+             "kernel.cu's definition, one for one and in the same order.")
+
+
+def check_gate(operator):
+    """gate.cu calls the launcher too: a change to its parameters must reach it, and a call
+    that compiles can still be wrong (two arguments swapped). So gate.cu is built for one
+    architecture (the card's, or sm_75 where none is visible), linked, and where a GPU is
+    visible run; only the gate's own PASS line passes."""
     home = operator.build["cuda_home"]
     nvcc = os.path.join(home, "bin", "nvcc") if home else shutil.which("nvcc")
     if not nvcc:
         raise Skip("no nvcc")
-    sources = sorted(pathlib.Path(operator.folder).glob("*.cu*"))
-    key = hashlib.sha256(b"\0".join(path.read_bytes() for path in sources))
-    folder = f"{operator.namespace}-gate-{key.hexdigest()[:16]}"
-    gate = os.path.join(os.path.dirname(operator.build["directory"]), folder, "gate.o")
+    visible = torch.cuda.is_available()  # the gate needs no extension, only a card
+    architecture = "sm_{}{}".format(*torch.cuda.get_device_capability(0)) if visible else "sm_75"
+    gate, runtime = build_gate(operator, nvcc, architecture)
+    built = f"gate.cu built for {architecture} and linked ({runtime})"
+    if not visible:
+        return f"{built}; not run: no GPU visible"
+    try:
+        ran = subprocess.run([gate], capture_output=True, text=True, timeout=GATE_TIME_LIMIT)
+    except subprocess.TimeoutExpired as late:  # its output as bytes, whatever text= says
+        printed = (late.stdout or b"").decode(errors="replace").strip().splitlines()
+        raise Fail(f"the gate did not finish in {GATE_TIME_LIMIT} s and was killed: a kernel "
+                   "that never ends, or a wait that never returns"
+                   + (f"; its last line: {printed[-1]!r}" if printed else "")) from None
+    if ran.returncode == 0 and "gate: PASS" in ran.stdout.splitlines():
+        return f"{built}, run: gate: PASS"
+    raise Fail(f"the gate ran and failed: {what_the_gate_said(ran)}\n{GATE_HINT}")
+
+
+def what_the_gate_said(ran):
+    """Its first failing line, the fault it exited on (CUDA_CHECK's line, on stderr), the
+    signal that killed it; else how it ended without its PASS line."""
+    lines = ran.stdout.splitlines()
+    said = [line.strip() for line in lines if "FAIL" in line and line != "gate: FAIL"][:1]
+    said += [line.strip() for line in ran.stderr.splitlines() if line.strip()][:1]
+    if ran.returncode < 0:  # stdout's buffer dies with it: what it printed last may be lost
+        said.append(f"killed by {signal.Signals(-ran.returncode).name}")
+    if not said:
+        said.append(f"exit {ran.returncode}, "
+                    + (f"its last line {lines[-1]!r}" if lines else "and it printed nothing"))
+    return "; ".join(said)
+
+
+def build_gate(operator, nvcc, architecture):
+    """The gate's executable, built once per text of gate.cu and what it includes, compiler
+    and architecture, in the build cache beside the extension's folder; and how it links
+    the CUDA runtime, in words."""
+    source, toolkit = operator.gate_source, operator.build["toolkit"] or {}
     # pip's toolkit keeps its headers in folders of their own
-    headers = [f"-I{path}" for path in (operator.build["toolkit"] or {}).get("include", [])]
+    headers = [f"-I{path}" for path in toolkit.get("include", [])]
+    key = hashlib.sha256(f"{nvcc}\0{architecture}".encode())
+    for path in gate_inputs(nvcc, [f"-arch={architecture}", *headers], source):
+        key.update(path.encode() + b"\0" + pathlib.Path(path).read_bytes())
+    folder = os.path.join(os.path.dirname(operator.build["directory"]),
+                          f"{operator.namespace}-gate-{key.hexdigest()[:16]}")
+    gate = os.path.join(folder, "gate")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    op.refuse_unless_private(folder, gate)  # a program this row runs: nobody else's
+    link, runtime = runtime_link_flags(toolkit, folder)
     if not os.path.exists(gate):
-        os.makedirs(os.path.dirname(gate), exist_ok=True)
-        built = subprocess.run([nvcc, "-c", "-O0", "-arch=sm_75", *headers, "-o",
-                                os.path.abspath(gate), "gate.cu"],
-                               capture_output=True, text=True, cwd=operator.folder)
+        # Under a name of its own until it is whole: a build killed midway, or another
+        # process building the same gate at once, leaves no half-written "gate"
+        partial = f"{gate}.{os.getpid()}.partial"
+        built = subprocess.run([nvcc, "-O3", f"-arch={architecture}", *headers, *link, "-o",
+                                partial, os.path.basename(source)],
+                               capture_output=True, text=True, cwd=os.path.dirname(source))
+        linker = [line for line in built.stderr.splitlines() if re.search(r"\bld: ", line)]
+        require(built.returncode == 0 or not linker,
+                f"gate.cu compiles and does not link: {linker[0] if linker else ''}")
         require(built.returncode == 0,
                 f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\ngate.cu "
                 "includes kernel.cu and calls launchWmmaGemm: its calls follow the definition.")
-    return "gate.cu compiles, for sm_75 at -O0"
+        os.replace(partial, gate)
+    return gate, runtime
+
+
+def gate_inputs(nvcc, flags, source):
+    """gate.cu and every file it includes, wherever they are, as nvcc's preprocessor finds
+    them: the prerequisites of the make rule that -MM prints ("gate.o : gate.cu kernel.cu
+    ..."), its lines joined, a space in a name escaped. Where that fails, gate.cu alone:
+    the build that follows says why."""
+    folder = os.path.dirname(source)
+    rule = subprocess.run([nvcc, "-MM", *flags, os.path.basename(source)], capture_output=True,
+                          text=True, cwd=folder)
+    if rule.returncode != 0 or ":" not in rule.stdout:
+        return [source]
+    words = re.split(r"(?<!\\)\s+", rule.stdout.split(":", 1)[1].replace("\\\n", " "))
+    return sorted({os.path.join(folder, word.replace("\\ ", " ")) for word in words if word})
+
+
+def runtime_link_flags(toolkit, folder):
+    """nvcc links the CUDA runtime statically, from its toolkit's lib64. pip's wheels keep
+    it in lib/, where nvcc does not look, so that folder is named; a toolkit with no static
+    runtime at all gets the shared one, which no loader would find in pip's folder without
+    the rpath. A toolkit op.py did not find (nvcc on PATH) links as nvcc does by default.
+    Returns the flags, and how the gate links, in words."""
+    roots = [toolkit["home"], *map(os.path.dirname, toolkit["include"])] if toolkit else []
+    libraries = [path for root in dict.fromkeys(roots) for path in
+                 (os.path.join(root, "lib64"), os.path.join(root, "lib")) if os.path.isdir(path)]
+    static = [path for path in libraries if os.path.exists(f"{path}/libcudart_static.a")]
+    if static:
+        return [f"-L{static[0]}"], "static CUDA runtime"
+    shared = toolkit.get("cudart") or next(
+        (f"{path}/libcudart.so" for path in libraries if os.path.exists(f"{path}/libcudart.so")),
+        None)
+    if not shared:
+        return [], "the CUDA runtime as nvcc links it"
+    # -cudart shared links -lcudart, which wants a libcudart.so: pip has only libcudart.so.13
+    os.makedirs(named := os.path.join(folder, "cudart"), exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.symlink(os.path.realpath(shared), os.path.join(named, "libcudart.so"))
+    runtime = os.path.dirname(os.path.realpath(shared))
+    return (["-cudart", "shared", f"-L{named}", *(f"-L{path}" for path in libraries),
+             f"-Xlinker=-rpath={runtime}"], "shared CUDA runtime, by rpath")
 
 
 # --- The table, top to bottom ---
@@ -1024,7 +1149,7 @@ def lesson_rows(operator=LESSON):
         row("12 device guard", "call on cuda:1 from current device 0", check_device_guard),
         row("13 backward accuracy", "grads: tiny, randn, padded rows vs float64",
             check_backward_accuracy),
-        row("14 gate.cu compiles", "the launcher's third caller, nvcc alone", check_gate_compiles),
+        row("14 gate.cu", "the launcher's third caller: built, linked, run", check_gate),
     ]
 
 

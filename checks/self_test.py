@@ -5,17 +5,22 @@
 A check that cannot fail proves nothing. Each row here hands one of test_op.py's
 checks an operator that breaks one promise (a silent copy, a missing fake, a
 missing backward, the default stream, a host sync, ...) and passes only when the
-check fails. Then the exercise grader (check 6) grades each registration of
-wmma_mm_bias in EXERCISE_CASES, each in a fresh process and a namespace of its own
-(day87_exercise_case, so that a folder whose exercise is solved keeps its own
-day87::wmma_mm_bias), and each verdict must be the expected one; where the folder
-has its own wmma_mm_bias, the grader grades that too, and it must pass.
+check fails; row 14 gets a gate.cu that compiles and fails only when it runs (on a
+GPU; without one that case skips its run). Then the exercise grader (check 6) grades
+each registration of wmma_mm_bias in EXERCISE_CASES, each in a fresh process and a
+namespace of its own (day87_exercise_case, so that a folder whose exercise is solved
+keeps its own day87::wmma_mm_bias), and each verdict must be the expected one; where
+the folder has its own wmma_mm_bias, the grader grades that too, and it must pass.
 """
 
 import concurrent.futures
 import os
+import pathlib
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -198,10 +203,46 @@ def prove_rows():
         return f"caught: {len(failures)} of {calls} calls, e.g. {failures[0][:80]}"
 
     rows.insert(-1, ("fuzz, 300 calls", "must fail: copies non-contiguous inputs", fuzz_catches))
+    rows.insert(-1, ("14 gate.cu", f"must fail: {WRONG_GATE}", wrong_gate_caught))
     # The gradcheck row's proof is the table's own 'gradcheck rejects' row.
     rows.append(("4 gradcheck", "must fail: grad_a scaled by 1.01",
                  lambda: test_op.check_gradcheck_rejects(test_op.LESSON)))
     return rows
+
+
+# A gate.cu a student might write: it compiles and links, and only running it shows it wrong.
+WRONG_GATE = "gate.cu passes n, m for m, n"
+
+
+def wrong_gate_caught():
+    """Row 14 on a copy of the folder's CUDA files whose gate.cu calls launchWmmaGemm with
+    m and n swapped: the launcher takes both as size_t, so nothing stops it compiling. On
+    a GPU the row must fail; without one it builds the gate and cannot run it."""
+    lesson = os.path.dirname(test_op.LESSON.gate_source)
+    with tempfile.TemporaryDirectory(prefix="day87-wrong-gate-") as folder:
+        for path in pathlib.Path(lesson).glob("*.cu*"):  # gate.cu and what it includes
+            shutil.copy2(path, folder)
+        gate = os.path.join(folder, "gate.cu")
+        with open(gate) as source:
+            # The lesson's call and the answer key's (with its bias) alike: m, n, k are last
+            # but the stream, in the call of checkShape
+            text, swaps = re.subn(r"(launchWmmaGemm\(device_a,[^;]*?)\bm, n, k\b", r"\1n, m, k",
+                                  source.read())
+        require(swaps == 1, f"gate.cu has {swaps} calls of launchWmmaGemm(device_a, ..., m, n, k"
+                ", ...): this case swaps the one in checkShape; update its pattern")
+        with open(gate, "w") as source:
+            source.write(text)
+        try:
+            detail = test_op.check_gate(test_op.LESSON.with_gate(gate))
+        except Fail as failure:  # caught only by its run: a student's would build
+            said = str(failure).splitlines()[0]
+            require(said.startswith(("the gate ran and failed", "the gate did not finish")),
+                    f"the wrong gate.cu must build and fail when run; the row said: {said}")
+            return f"caught: {said[:110]}"
+    if not torch.cuda.is_available():
+        raise Skip("the wrong gate.cu compiles and links, as a student's would; only a run "
+                   "shows it wrong, and no GPU is visible")
+    raise Fail(f"the row passed against the wrong gate.cu '{WRONG_GATE}': {detail}")
 
 
 # Registrations of day87::wmma_mm_bias for the exercise grader's self-test:

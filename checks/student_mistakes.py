@@ -13,7 +13,7 @@ error does, its first lines naming the cause, and the next import's again). The 
 never give the exercise's answer away: a run whose output holds any of ANSWER_WORDS
 does not name its mistake, whatever its row says. The copies share one build cache:
 a mistake in op.py alone reuses the key's build. Every machine here needs nvcc (CI has
-it): the builds, kernel.cu's compile error and the row "gate.cu compiles" use it. A
+it): the builds, kernel.cu's compile error and row 14, "gate.cu", use it. A
 mistake that only a GPU shows is skipped without one; --on-gpu runs those and the ones
 whose CUDA rows answer too. The exit status is the number of mistakes not named.
 """
@@ -133,7 +133,13 @@ MISTAKES = [
       "launchWmmaGemm(nullptr, nullptr, nullptr, nullptr, 100, 128, 16, 0)"],
      ["    CUDA_CHECK(launchWmmaGemm(device_a, device_b, device_c, m, n, k, /*stream=*/0));",
       "launchWmmaGemm(nullptr, nullptr, nullptr, 100, 128, 16, 0)"],
-     "gate.cu compiles", ["gate.cu does not compile", re.compile(r"gate\.cu:\d+: ")], "cpu"),
+     "gate.cu", ["gate.cu does not compile", re.compile(r"gate\.cu:\d+: ")], "cpu"),
+    # gate.cu updated, its arguments in the wrong order: c goes where the bias goes. Both are
+    # float pointers, so it compiles; the kernel writes C through the null pointer.
+    ("gate.cu passes c where the bias goes", "gate.cu",
+     "CUDA_CHECK(launchWmmaGemm(device_a, device_b, /*bias=*/nullptr, device_c, m, n, k,",
+     "CUDA_CHECK(launchWmmaGemm(device_a, device_b, device_c, /*bias=*/nullptr, m, n, k,",
+     "gate.cu", ["the gate ran and failed", "CUDA error", "in the same order"], "gpu"),
     # A GPU shows these: the CUDA implementation's own checks, and the kernel's store.
     ("the bias added with no null check", "kernel.cu",
      f"    {KEY_GUARD}\n        value =", "    value =",

@@ -3,7 +3,7 @@ the lesson, or, in a folder where the exercise is solved, that folder's own solu
 
 checks/answer_key.patch is a full solution of day87::wmma_mm_bias, for after the
 attempt. Here checks/solved.py makes the solved copy of the seven files (and of
-checks/), and on it check 6's CPU rows and row 14 (gate.cu compiles) pass, the key's
+checks/), and on it check 6's CPU rows and row 14 (gate.cu built) pass, the key's
 second operator names itself in its errors and the self-test passes (grading the
 copy's own wmma_mm_bias as well). The key's words are not the only right ones: the key with its
 bias messages reworded passes check 6 too. These tests ask for nothing of a solution

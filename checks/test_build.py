@@ -303,12 +303,8 @@ def test_pip_toolkit_alone(tmp_path):
     """With CUDA_HOME unset and no nvcc on PATH, the two commands build the CUDA
     half with the cuda-toolkit wheels of the running environment, and the build
     line names that toolkit."""
-    python = os.environ["DAY87_PIP_TOOLKIT_PYTHON"]
-    path = os.pathsep.join([os.path.dirname(python)] + [
-        entry for entry in os.environ["PATH"].split(os.pathsep)
-        if entry and not os.path.exists(os.path.join(entry, "nvcc"))])
-    env = {name: value for name, value in environment(tmp_path / "cache", PATH=path).items()
-           if name not in ("CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")}  # every architecture
+    python, env = pip_toolkit_environment(tmp_path / "cache")
+    env.pop("TORCH_CUDA_ARCH_LIST", None)  # every architecture
     result = subprocess.run([python, "test_op.py"], cwd=LESSON, env=env, capture_output=True, text=True,
                             timeout=1800)
     assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
@@ -316,6 +312,80 @@ def test_pip_toolkit_alone(tmp_path):
     assert built_with and os.path.join("nvidia", "cu") in built_with.group(1), \
         f"not built with the pip toolkit: {result.stderr[-600:]}"
     assert "extension: CUDA + CPU" in result.stdout, result.stdout[:1500]
+    row_14 = next((line for line in result.stdout.splitlines() if line.startswith("14 gate.cu ")),
+                  "no row 14")
+    ran = "run: gate: PASS" if torch.cuda.is_available() else "not run: no GPU visible"
+    assert " pass, " in row_14 and "and linked" in row_14 and ran in row_14, row_14
+
+
+def pip_toolkit_environment(cache):
+    """DAY87_PIP_TOOLKIT_PYTHON's environment as the README's route has it: no CUDA_HOME, no nvcc
+    on PATH."""
+    python = os.environ["DAY87_PIP_TOOLKIT_PYTHON"]
+    path = os.pathsep.join([os.path.dirname(python)] + [
+        entry for entry in os.environ["PATH"].split(os.pathsep)
+        if entry and not os.path.exists(os.path.join(entry, "nvcc"))])
+    return python, {name: value for name, value in environment(cache, PATH=path).items()
+                    if name not in ("CUDA_HOME", "CUDA_PATH")}
+
+
+# Row 14's gate with pip's toolkit, as installed and with its static runtime hidden (a copy of
+# the toolkit whose lib/ lacks libcudart_static.a): one line each, "how|the row's verdict|what the
+# gate said|the libcudart it loaded", the last from the loader's own log (LD_DEBUG), since a
+# machine's loader cache may hold another toolkit's libcudart (this one's does).
+GATE_WITH_PIP_TOOLKIT = """
+import copy, os, re, subprocess, sys, test_op
+toolkit = test_op.LESSON.build["toolkit"]
+assert toolkit and len(toolkit["include"]) == 1, f"not one pip toolkit: {toolkit}"
+home, bare = toolkit["home"], sys.argv[1]
+os.makedirs(f"{bare}/lib")
+for entry in os.listdir(home):
+    if entry != "lib":
+        os.symlink(f"{home}/{entry}", f"{bare}/{entry}")
+for entry in os.listdir(f"{home}/lib"):
+    if entry != "libcudart_static.a":
+        os.symlink(f"{home}/lib/{entry}", f"{bare}/lib/{entry}")
+no_static = copy.copy(test_op.LESSON)
+no_static.build = dict(no_static.build, cuda_home=bare,
+                       toolkit=dict(toolkit, home=bare, include=[f"{bare}/include"]))
+for how, operator in (("as installed", test_op.LESSON), ("no static runtime", no_static)):
+    try:
+        verdict = "pass, " + test_op.check_gate(operator)
+    except (test_op.Fail, test_op.Skip) as outcome:
+        print(how, f"{type(outcome).__name__}, {outcome}".replace("\\n", " "), "", "", sep="|")
+        continue
+    gate, _ = test_op.build_gate(operator, f"{operator.build['cuda_home']}/bin/nvcc", "sm_75")
+    ran = subprocess.run([gate], capture_output=True, text=True,
+                         env=dict(os.environ, LD_DEBUG="libs"))  # the loader says what it loads
+    said = [line for line in (ran.stdout + ran.stderr).splitlines() if line.startswith("gate")]
+    loaded = re.findall(r"calling init: (\\S*libcudart\\S*)", ran.stderr) or ["none"]
+    print(how, verdict, said[-1] if said else f"exit {ran.returncode}", loaded[0], sep="|")
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("DAY87_PIP_TOOLKIT_PYTHON"),
+                    reason="set DAY87_PIP_TOOLKIT_PYTHON to a python whose environment has "
+                           "cuda-toolkit[nvcc,cccl] at torch's CUDA version (.ci/run makes one)")
+def test_gate_links_with_the_pip_toolkit(tmp_path):
+    """Row 14 links gate.cu with pip's toolkit alone, no GPU needed: its static runtime from
+    the wheel's lib/, where nvcc does not look by itself; and, where a toolkit has no static
+    runtime, the shared one, found through an rpath to the wheel's folder. Either gate then
+    runs, and says there is no CUDA device (or, on a GPU, passes)."""
+    python, env = pip_toolkit_environment(tmp_path / "cache")
+    result = subprocess.run([python, "-c", GATE_WITH_PIP_TOOLKIT, str(tmp_path / "bare-toolkit")],
+                            cwd=LESSON, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
+    lines = dict(line.split("|", 1) for line in result.stdout.splitlines() if "|" in line)
+    ran = "gate: PASS" if torch.cuda.is_available() else "no CUDA device to run on"
+    pip_folder = os.path.join("nvidia", "cu")
+    for how, runtime in (("as installed", "CUDA runtime"),
+                         ("no static runtime", "shared CUDA runtime, by rpath")):
+        verdict, said, loaded = lines[how].split("|")
+        assert verdict.startswith("pass, ") and "and linked" in verdict and runtime in verdict, \
+            f"{how}: {verdict}"
+        assert ran in said, f"{how}: the gate, run: {said}"
+        if how == "no static runtime":
+            assert pip_folder in loaded, f"{how}: the gate loaded {loaded}, not the wheel's"
 
 
 def test_missing_ninja_and_unwritable_cache(tmp_path):
@@ -437,17 +507,19 @@ def test_damaged_library(tmp_path):
 
 
 STALE_BACKWARD = """
-import test_op, torch, op  # test_op first: it sets what the harness sets
+import test_op, torch, op
 a = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
 b = torch.randn(3, 5, dtype=torch.float64)
-torch.compile(lambda a, b: op.wmma_mm(a, b).sum())(a, b).backward()
+with test_op.without_autograd_cache():  # as the harness's compile rows compile
+    torch.compile(lambda a, b: op.wmma_mm(a, b).sum())(a, b).backward()
 print(torch.allclose(a.grad, torch.ones(4, 5, dtype=torch.float64) @ b.t()))
 """
 
 
 def test_compiled_backward_is_the_current_one(tmp_path):
-    """An edited _backward is the one torch.compile runs in the harness's process,
-    whatever inductor's on-disk autograd cache compiled before the edit."""
+    """An edited _backward is the one torch.compile runs under the harness's switch
+    (test_op.without_autograd_cache, which the compile rows use), whatever inductor's
+    on-disk autograd cache compiled before the edit."""
     folder = copy_lesson(tmp_path / "lesson")
     shutil.copy2(os.path.join(LESSON, "test_op.py"), folder)
     cache, inductor_cache = tmp_path / "cache", str(tmp_path / "inductor-cache")
