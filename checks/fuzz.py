@@ -63,7 +63,8 @@ def draw_call(rng, devices):
     # Each perturbation breaks (or, by chance, keeps) one thing a tensor carries.
     if rng.random() < 0.15:
         side = rng.randrange(2)
-        dtypes_ab[side] = rng.choice([torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int32])
+        dtypes_ab[side] = rng.choice([torch.float16, torch.float32, torch.float64, torch.bfloat16,
+                                      torch.int32])
         notes.append(f"{'ab'[side]} dtype {dtypes_ab[side]}")
     if rng.random() < 0.1 and len(devices) > 1:
         side = rng.randrange(2)
@@ -123,15 +124,18 @@ def fuzz_one(seed, index, devices, mm=op.wmma_mm):
     torch.manual_seed(rng.randrange(2**31))
     a, b, notes = draw_call(rng, devices)
     describe = (f"a {tuple(a.shape)} {a.dtype} {a.device} stride {a.stride()}, "
-                f"b {tuple(b.shape)} {b.dtype} {b.device} stride {b.stride()} ({', '.join(notes) or 'plain'})")
+                f"b {tuple(b.shape)} {b.dtype} {b.device} stride {b.stride()} "
+                f"({', '.join(notes) or 'plain'})")
     broken = broken_rules(a, b)
     try:
         c = mm(a, b)
     except (RuntimeError, ValueError, TypeError) as error:
         if not broken:
-            return "fail", f"valid call raised {type(error).__name__}: {str(error).splitlines()[0]} | {describe}"
+            return "fail", (f"valid call raised {type(error).__name__}: "
+                            f"{str(error).splitlines()[0]} | {describe}")
         if not any(f"'{rule}'" in str(error) for rule in broken):
-            return "fail", f"error names none of {broken}: {str(error).splitlines()[0]} | {describe}"
+            return "fail", (f"error names none of {broken}: "
+                            f"{str(error).splitlines()[0]} | {describe}")
         if a.is_cuda or b.is_cuda:  # after an error the CUDA context must still work
             try:
                 forward_on_gpu(mm, op.TILE_M, op.TILE_N, op.TILE_K)
@@ -149,7 +153,8 @@ def fuzz_one(seed, index, devices, mm=op.wmma_mm):
         # Each gradient is itself a product, grad @ b^T or (grad^T @ a)^T, in the
         # output's dtype and rounded to its input's (op.py's backward): within
         # error_ratio's bound, which allows for that rounding.
-        for name, got, left, right in (("grad_a", a.grad, grad, b.t()), ("grad_b", b.grad, grad.t(), a)):
+        for name, got, left, right in (("grad_a", a.grad, grad, b.t()),
+                                       ("grad_b", b.grad, grad.t(), a)):
             if got is not None:
                 got = got if name == "grad_a" else got.t()
                 ratio = error_ratio(got, left.to(c.dtype), right.to(c.dtype))
@@ -167,18 +172,21 @@ def run_fuzz(count, seed, only_index=None):
         status, problem = fuzz_one(seed, index, devices)
         tally[status] += 1
         if problem:
-            print(f"FAIL call {index}: {problem}\n    reproduce: python checks/fuzz.py --case {seed}:{index}",
-                  flush=True)
-    print(f"fuzz: {tally['result']} calls returned a result within the bound, {tally['raised']} raised "
-          "an error naming a broken rule (each followed by a valid CUDA call where CUDA was involved)")
+            print(f"FAIL call {index}: {problem}\n"
+                  f"    reproduce: python checks/fuzz.py --case {seed}:{index}", flush=True)
+    print(f"fuzz: {tally['result']} calls returned a result within the bound, "
+          f"{tally['raised']} raised an error naming a broken rule "
+          "(each followed by a valid CUDA call where CUDA was involved)")
     print(f"{tally['result'] + tally['raised']} passed, {tally['fail']} failed, 0 skipped")
     return tally["fail"] == 0
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("count", type=int, nargs="?", default=1000, help="how many calls")
-    parser.add_argument("--seed", type=int, default=None, help="the seed (default: random, printed)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the seed (default: random, printed)")
     parser.add_argument("--case", metavar="SEED:INDEX", help="rerun one call")
     args = parser.parse_args()
     if args.case:

@@ -60,8 +60,9 @@ DIAGRAM = {
 
 # (band, device, call): (the verdict seen, why this torch differs from the diagram
 # there). Stated, not failed; the same cell with another verdict fails.
-FALLBACK = ("the gradients arrive on the CPU: autograd's fallback records the float64 kernel's own at::mm "
-            "and only warns that this is deprecated; on CUDA, where the kernel is a launch, they stay None")
+FALLBACK = ("the gradients arrive on the CPU: autograd's fallback records the float64 kernel's "
+            "own at::mm and only warns that this is deprecated; on CUDA, where the kernel is a "
+            "launch, they stay None")
 KNOWN_DEPARTURES = {
     (1, "cpu", "backward"): ("fallback", FALLBACK),
     (2, "cpu", "backward"): ("fallback", FALLBACK),
@@ -83,7 +84,8 @@ def register_band(band, plant=None):
 
     if band == 0:
         def opening_wrapper(a, b):  # the lesson's first listing: no operator, the default stream
-            with torch.cuda.stream(torch.cuda.default_stream(a.device)) if a.is_cuda else nullcontext():
+            with (torch.cuda.stream(torch.cuda.default_stream(a.device)) if a.is_cuda
+                  else nullcontext()):
                 return kernel(a, b)
         return opening_wrapper, None
     name = f"day87_band{band}"
@@ -94,8 +96,8 @@ def register_band(band, plant=None):
     if band >= 2 and not (plant == "less" and band == 3):
         torch.library.register_fake(f"{name}::wmma_mm", op._fake, lib=library)
     if band >= 3 or (plant == "more" and band == 2):
-        torch.library.register_autograd(f"{name}::wmma_mm", op._backward, setup_context=op._setup_context,
-                                        lib=library)
+        torch.library.register_autograd(f"{name}::wmma_mm", op._backward,
+                                        setup_context=op._setup_context, lib=library)
     return getattr(torch.ops, name).wmma_mm, library  # the library must outlive the calls
 
 
@@ -114,7 +116,8 @@ def ask(question):
             verdict, said = question()
         except Exception as error:
             verdict, said = "fail", f"raised {type(error).__name__}: {first_line(error)}"
-    notes = [first_line(w.message) for w in heard if "autograd kernel was not registered" in str(w.message)]
+    notes = [first_line(w.message) for w in heard
+             if "autograd kernel was not registered" in str(w.message)]
     if notes and verdict == "pass":
         verdict = "fallback"
     return verdict, said + (f"; warned: {notes[0]}" if notes else "")
@@ -145,10 +148,12 @@ def cell(band, device, plant):
         c = mm(a, b)
         (c * weight.to(c.dtype)).sum().backward()
         if a.grad is None or b.grad is None:
-            return "fail", (f"ran, and the gradients stay None (grad_fn: {type(c.grad_fn).__name__ if c.grad_fn else None})")
+            return "fail", (f"ran, and the gradients stay None "
+                            f"(grad_fn: {type(c.grad_fn).__name__ if c.grad_fn else None})")
         wide = [t.detach().double().cpu().requires_grad_() for t in (a, b)]
         ((wide[0] @ wide[1]) * weight.cpu()).sum().backward()
-        error = max(((g.double().cpu() - w.grad).norm() / w.grad.norm()).item() for g, w in zip((a.grad, b.grad), wide))
+        error = max(((g.double().cpu() - w.grad).norm() / w.grad.norm()).item()
+                    for g, w in zip((a.grad, b.grad), wide))
         return ("pass" if error <= tolerance else "fail"), f"gradients off by {error:.1e} in norm"
 
     def compiled():
@@ -163,7 +168,8 @@ def cell(band, device, plant):
         breaks = sum(counters["graph_break"].values())
         same = torch.equal(got, mm(a, b))
         verdict = "pass" if counter.frame_count == 1 and breaks == 0 and same else "fail"
-        return verdict, f"{counter.frame_count} graph, {breaks} breaks, {'equal to' if same else 'differs from'} eager"
+        return verdict, (f"{counter.frame_count} graph, {breaks} breaks, "
+                         f"{'equal to' if same else 'differs from'} eager")
 
     def stream():
         try:
@@ -189,13 +195,16 @@ def run_grid(devices, plant):
     grid = {}
     for band in BANDS:
         for device in devices_of(band, devices):
-            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--cell", str(band), device]
-                                   + (["--plant", plant] if plant else []), capture_output=True, text=True, timeout=900)
+            child = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--cell", str(band), device]
+                + (["--plant", plant] if plant else []),
+                capture_output=True, text=True, timeout=900)
             lines = child.stdout.strip().splitlines()
             try:
                 grid[band, device] = json.loads(lines[-1])
             except (IndexError, ValueError):
-                grid[band, device] = {call: ("fail", f"the child process failed: {first_line(child.stderr[-400:])}")
+                grid[band, device] = {call: ("fail", f"the child process failed: "
+                                             f"{first_line(child.stderr[-400:])}")
                                       for call in CALLS if call != "stream" or device == "cuda"}
     return grid
 
@@ -228,24 +237,31 @@ def svg(grid, devices, title):
     width, row_height, box, left = 1040, 96, 200, 390
     colors = {"pass": "#2e7d32", "fail": "#c62828", "fallback": "#ef6c00"}
     shown = [(band, what) for band, what in BANDS.items() if devices_of(band, devices)]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{60 + row_height * len(shown)}" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+             f'height="{60 + row_height * len(shown)}" '
              'font-family="sans-serif" font-size="13">',
              f'<text x="12" y="24" font-size="15" font-weight="bold">{_escape(title)}</text>']
     for row, (band, what) in enumerate(shown):
         y = 44 + row * row_height
-        parts.append(f'<rect x="6" y="{y}" width="{width - 12}" height="{row_height - 10}" fill="#f5f5f5" stroke="#bbb"/>')
-        parts.append(f'<text x="16" y="{y + 30}" font-weight="bold">band {band}: c = wmma_mm(a, b)</text>')
+        parts.append(f'<rect x="6" y="{y}" width="{width - 12}" height="{row_height - 10}" '
+                     'fill="#f5f5f5" stroke="#bbb"/>')
+        parts.append(f'<text x="16" y="{y + 30}" font-weight="bold">'
+                     f'band {band}: c = wmma_mm(a, b)</text>')
         parts.append(f'<text x="16" y="{y + 52}">{_escape(what)}</text>')
         for column, call in enumerate(("eager", "backward", "compile")):
             x = left + column * (box + 12)
-            label = {"eager": "eager call", "backward": ".backward()", "compile": "torch.compile"}[call]
+            label = {"eager": "eager call", "backward": ".backward()",
+                     "compile": "torch.compile"}[call]
             parts.append(f'<text x="{x}" y="{y + 18}" font-weight="bold">{label}</text>')
             for line, device in enumerate(devices_of(band, devices)):
                 verdict = grid[band, device][call][0]
                 top = y + 26 + line * 28
-                parts.append(f'<rect x="{x}" y="{top}" width="{box}" height="24" rx="4" fill="{colors[verdict]}"/>')
+                parts.append(f'<rect x="{x}" y="{top}" width="{box}" height="24" rx="4" '
+                             f'fill="{colors[verdict]}"/>')
                 parts.append(f'<text x="{x + 8}" y="{top + 17}" fill="white">{device}: {verdict}'
-                             f'{"" if verdict == DIAGRAM[band][call] else " (lesson: " + DIAGRAM[band][call] + ")"}</text>')
+                             f'''{"" if verdict == DIAGRAM[band][call]
+                                  else " (lesson: " + DIAGRAM[band][call] + ")"}'''
+                             '</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"
 
@@ -270,8 +286,9 @@ def main():
     if "--svg" in arguments:
         path = arguments[arguments.index("--svg") + 1]
         with open(path, "w") as picture:
-            picture.write(svg(grid, devices, f"What each registration buys: torch {torch.__version__}, "
-                                             f"{', '.join(devices)}"))
+            picture.write(svg(grid, devices,
+                              f"What each registration buys: torch {torch.__version__}, "
+                              f"{', '.join(devices)}"))
         print(f"\nthe diagram: {path}")
     sys.exit(0 if matches else 1)
 

@@ -17,7 +17,8 @@ import sys
 
 LESSON = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KEY = os.path.join(LESSON, "checks", "answer_key.patch")
-SEVEN_FILES = ("kernel.cu", "binding.cpp", "op.py", "test_op.py", "gate.cu", "README.md", "requirements.txt")
+SEVEN_FILES = ("kernel.cu", "binding.cpp", "op.py", "test_op.py", "gate.cu", "README.md",
+               "requirements.txt")
 
 
 def is_solved(folder=LESSON):
@@ -38,16 +39,18 @@ def solved_copy(destination, from_key=False):
     os.makedirs(destination, exist_ok=True)
     for name in SEVEN_FILES:
         shutil.copy2(os.path.join(LESSON, name), destination)
-    shutil.copytree(os.path.join(LESSON, "checks"), os.path.join(destination, "checks"), dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("results", "__pycache__"))
+    shutil.copytree(os.path.join(LESSON, "checks"), os.path.join(destination, "checks"),
+                    dirs_exist_ok=True, ignore=shutil.ignore_patterns("results", "__pycache__"))
     if is_solved():
         if from_key and not holds_the_key():
-            raise SystemExit("solved.py: this folder's wmma_mm_bias is not the answer key's, and the "
-                             "mistakes are edits of the key's lines: run it on an unsolved copy")
+            raise SystemExit("solved.py: this folder's wmma_mm_bias is not the answer key's, "
+                             "and the mistakes are edits of the key's lines: "
+                             "run it on an unsolved copy")
         return "the folder's own wmma_mm_bias"
     applied = subprocess.run(["git", "apply", KEY], cwd=destination, capture_output=True, text=True)
     if applied.returncode:
-        raise SystemExit(f"solved.py: the answer key no longer applies to the lesson:\n{applied.stderr}")
+        raise SystemExit(f"solved.py: the answer key no longer applies to the lesson:\n"
+                         f"{applied.stderr}")
     return "the answer key, applied"
 
 

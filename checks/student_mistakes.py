@@ -1,4 +1,5 @@
-"""student_mistakes.py: the exercise's likely mistakes, each laid over the answer key, must be named.
+"""student_mistakes.py: the exercise's likely mistakes, each laid over the answer key, \
+must be named.
 
     python checks/student_mistakes.py              # every mistake this machine can show
     python checks/student_mistakes.py --on-gpu     # on a GPU: those a GPU shows, and those
@@ -33,18 +34,19 @@ KEY_STORE_ADD = f'''    {KEY_GUARD}
                             value.z + operands.bias[col + 2], value.w + operands.bias[col + 3]);
 '''
 
-# (mistake, file, the key's text, the mistake's text, where it must show, words it must say, where it
-# runs). "where" is a row of test_op.py, "any row" (the first row to fail), or "import". A mistake of
-# several edits gives lists of texts. A word is a string, or a pattern where only its form is known
-# (a line number). It runs on "cpu" (every machine, CI), "gpu" (a GPU shows it), or "both":
-# everywhere, and again with --on-gpu, where the CUDA rows answer it too.
+# (mistake, file, the key's text, the mistake's text, where it must show, words it must say, where
+# it runs). "where" is a row of test_op.py, "any row" (the first row to fail), or "import". A
+# mistake of several edits gives lists of texts. A word is a string, or a pattern where only its
+# form is known (a line number). It runs on "cpu" (every machine, CI), "gpu" (a GPU shows it), or
+# "both": everywhere, and again with --on-gpu, where the CUDA rows answer it too.
 MISTAKES = [
     # op.py: the registrations, the fake, the backward, the wrapper.
     ("no backward registered", "op.py",
      '''    torch.library.register_autograd(
         "day87::wmma_mm_bias", _backward_bias, lib=library,
         setup_context=lambda ctx, inputs, output: _setup_context(ctx, inputs[:2], output))
-''', "", "6 exercise: gradient", ["no backward is registered", "register_autograd", "op.py's _register"], "both"),
+''', "", "6 exercise: gradient",
+     ["no backward is registered", "register_autograd", "op.py's _register"], "both"),
     ("no fake registered", "op.py",
      '''    torch.library.register_fake("day87::wmma_mm_bias", _fake_bias, lib=library)
 ''', "", "6 exercise: fake", ["no fake implementation is registered", "register_fake"], "cpu"),
@@ -54,10 +56,12 @@ MISTAKES = [
     return a.new_empty((a.shape[0], b.shape[1]), dtype=accumulate_dtype(a.dtype))''',
      '''bias must be {scalar_type(wide)}; {seen()}")
     return a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype)''',
-     "6 exercise: fake", ["the fake gives 256x384 torch.float16", "torch.float32 (accumulate_dtype)"], "both"),
+     "6 exercise: fake",
+     ["the fake gives 256x384 torch.float16", "torch.float32 (accumulate_dtype)"], "both"),
     ("setup_context saves the bias instead of a and b", "op.py",
      "_setup_context(ctx, inputs[:2], output))", "ctx.save_for_backward(inputs[2]))",
-     "6 exercise: gradient", ["not enough values to unpack", "op.py:", "setup_context saves"], "cpu"),
+     "6 exercise: gradient", ["not enough values to unpack", "op.py:", "setup_context saves"],
+     "cpu"),
     ("setup_context saves b, a", "op.py",
      "_setup_context(ctx, inputs[:2], output))", "ctx.save_for_backward(inputs[1], inputs[0]))",
      "6 exercise: gradient", ["op.py:", "in the same order"], "cpu"),
@@ -104,10 +108,12 @@ MISTAKES = [
      "6 exercise: wrapper", ["the schema's arguments are (a, b, c), expected (a, b, bias)"], "cpu"),
     ("the impl's name misspelt", "binding.cpp",
      'm.impl("wmma_mm_bias", &wmmaMmBiasCpu);', 'm.impl("wmma_mm_bais", &wmmaMmBiasCpu);',
-     "6 exercise: forward", ["NotImplementedError", "No CPU implementation", "spelt as in the schema"], "cpu"),
+     "6 exercise: forward",
+     ["NotImplementedError", "No CPU implementation", "spelt as in the schema"], "cpu"),
     ("no CPU implementation", "binding.cpp",
      '''    m.impl("wmma_mm_bias", &wmmaMmBiasCpu);
-''', "", "6 exercise: forward", ["No CPU implementation", "TORCH_LIBRARY_IMPL(day87, CPU, m)"], "cpu"),
+''', "", "6 exercise: forward",
+     ["No CPU implementation", "TORCH_LIBRARY_IMPL(day87, CPU, m)"], "cpu"),
     ("the bias broadcast along rows (CPU)", "binding.cpp",
      "return at::addmm(bias, a, b);", "return at::addmm(bias.unsqueeze(1), a, b);",
      "6 exercise: forward", ["3x4x5: the forward raised", "Hint 1"], "cpu"),
@@ -119,7 +125,8 @@ MISTAKES = [
         bias.defined() ? bias.const_data_ptr<float>() : nullptr, c.mutable_data_ptr<float>(),'''],
      ['''cudaError_t launchWmmaGemm(const __half* a, const __half* b, float* c, size_t m, size_t n,
                            size_t k, cudaStream_t stream);''',
-      '''        reinterpret_cast<const __half*>(b.const_data_ptr<at::Half>()), c.mutable_data_ptr<float>(),'''],
+      '''        reinterpret_cast<const __half*>(b.const_data_ptr<at::Half>()), '''
+      '''c.mutable_data_ptr<float>(),'''],
      "import", ["nothing defines launchWmmaGemm(", "binding.cpp's declaration of launchWmmaGemm",
                 "definition in kernel.cu"], "cpu"),
     ("a compile error in kernel.cu", "kernel.cu",
@@ -153,11 +160,13 @@ MISTAKES = [
     # to the nearest bias value, which FP32 rounding can make a neighbour of bias[2].
     ("the bias read as bias[2 * col]", "kernel.cu",
      KEY_STORE_ADD, KEY_STORE_ADD.replace("[col]", "[(2 * col) % operands.n]")
-     .replace("[col + 1]", "[(2 * col + 2) % operands.n]").replace("[col + 2]", "[(2 * col + 4) % operands.n]")
+     .replace("[col + 1]", "[(2 * col + 2) % operands.n]")
+     .replace("[col + 2]", "[(2 * col + 4) % operands.n]")
      .replace("[col + 3]", "[(2 * col + 6) % operands.n]"),
      "6 exercise: cuda forward", ["a bias read from other columns", "got bias["], "gpu"),
     ("the bias added twice", "kernel.cu",
-     KEY_STORE_ADD, KEY_STORE_ADD.replace(KEY_GUARD, "for (int pass = 0; operands.bias && pass < 2; ++pass)"),
+     KEY_STORE_ADD, KEY_STORE_ADD.replace(
+         KEY_GUARD, "for (int pass = 0; operands.bias && pass < 2; ++pass)"),
      "6 exercise: cuda forward", ["a @ b + 2 * bias: the bias is added 2 times"], "gpu"),
     # As if added inside the main loop: once per step of kBlockK (32) along K.
     ("the bias added at every K step", "kernel.cu",
@@ -178,8 +187,9 @@ MISTAKES = [
 ''', '''    checkContract(op, a, b, input_dtype, tile_rules);
     TORCH_CHECK(bias.device() == a.device(), op, ": bias must be on a's device; got bias: ",
                 described(bias), ", a: ", described(a), ", b: ", described(b));
-''', "6 exercise: contract", ["a CUDA bias beside CPU a and b in float64 (cuda, in a child process): "
-                               "raised, but not naming the bias"], "gpu"),
+''', "6 exercise: contract",
+     ["a CUDA bias beside CPU a and b in float64 (cuda, in a child process): "
+      "raised, but not naming the bias"], "gpu"),
     # No bias rule at all on CUDA: a CPU bias reaches the kernel, which reads host memory and
     # faults (in check 6's child process, which the table survives).
     ("the bias's contract left out (CUDA)", "binding.cpp",
@@ -190,12 +200,14 @@ MISTAKES = [
     ("a dense copy checked, the strided bias launched", "binding.cpp",
      "checkContractWithBias(op, a, b, bias, at::kHalf,",
      "checkContractWithBias(op, a, b, bias.contiguous(), at::kHalf,",
-     "6 exercise: contract", ["a strided bias (every second value) (cuda): the call returned a wrong answer"], "gpu"),
+     "6 exercise: contract",
+     ["a strided bias (every second value) (cuda): the call returned a wrong answer"], "gpu"),
 ]
 
 # The exercise's answer, or words that spell it: no message of the grader may hold one.
 # The lesson's own source is never printed, so a hit is the grader's (or torch's) text.
-ANSWER_WORDS = ("sum(", "mean(", "dim=0", "dim 0", "down the rows", "over the rows", "summed over", "chain rule")
+ANSWER_WORDS = ("sum(", "mean(", "dim=0", "dim 0", "down the rows", "over the rows", "summed over",
+                "chain rule")
 
 
 def answer_given_away(output):
@@ -213,7 +225,8 @@ def row_text(output, where):
     without the row's number matches it under any number (rows move as the table grows)."""
     lines = output.splitlines()
     for index, line in enumerate(lines):
-        if (re.match(rf"(\d+ )?{re.escape(where)}", line) or where == "any row") and " FAIL, " in line:
+        if ((re.match(rf"(\d+ )?{re.escape(where)}", line) or where == "any row")
+                and " FAIL, " in line):
             following = []
             for more in lines[index + 1:]:
                 if not more.startswith("    "):
@@ -233,7 +246,8 @@ def try_mistake(copy, cache, mistake):
     edited = text
     for before, after in zip(*((old, new) if isinstance(old, list) else ([old], [new]))):
         if edited.count(before) != 1:
-            return False, f"the answer key no longer has the text this mistake edits ({file}: {before[:60]!r})"
+            return False, (f"the answer key no longer has the text this mistake edits "
+                           f"({file}: {before[:60]!r})")
         edited = edited.replace(before, after)
     with open(path, "w") as source:
         source.write(edited)
@@ -244,11 +258,13 @@ def try_mistake(copy, cache, mistake):
         if where == "import":
             # The import's error, from its first line: the cause comes first, then the build's log.
             # The next import, from a warm cache where the library built, must say it again.
-            again = subprocess.run([sys.executable, "-c", "import op"], cwd=copy, env=env, capture_output=True,
-                                   text=True, timeout=1200)
-            told, again = (text[text.rfind("Error: day87:") + len("Error: "):][:1500] if "Error: day87:" in text
-                           else text[-1500:] for text in (run.stderr.strip(), again.stderr.strip()))
-            named = run.returncode != 0 and all(says(told, word) and says(again, word) for word in words)
+            again = subprocess.run([sys.executable, "-c", "import op"], cwd=copy, env=env,
+                                   capture_output=True, text=True, timeout=1200)
+            told, again = (text[text.rfind("Error: day87:") + len("Error: "):][:1500]
+                           if "Error: day87:" in text else text[-1500:]
+                           for text in (run.stderr.strip(), again.stderr.strip()))
+            named = run.returncode != 0 and all(says(told, word) and says(again, word)
+                                                for word in words)
             if not all(says(again, word) for word in words):
                 told += f"\n(the next import said: {again[:300]})"
         else:
@@ -257,7 +273,8 @@ def try_mistake(copy, cache, mistake):
             told = told or f"row '{where}' did not fail; the run ended: {run.stdout.strip()[-300:]}"
             # The exercise's other rows that failed too (on a GPU, its CUDA rows).
             also = [line.split(" FAIL, ", 1) for line in run.stdout.splitlines()
-                    if line.startswith("6 exercise") and " FAIL, " in line and not line.startswith(where)]
+                    if line.startswith("6 exercise") and " FAIL, " in line
+                    and not line.startswith(where)]
             told += "".join(f"\nalso row '{row.split('  ')[0]}': {detail}" for row, detail in also)
         given_away = answer_given_away(run.stdout + "\n" + run.stderr)
         if given_away:
@@ -280,7 +297,8 @@ def main():
     unnamed = 0
     with tempfile.TemporaryDirectory(prefix="day87-mistakes-") as scratch:
         copy, cache = os.path.join(scratch, "solved"), os.path.join(scratch, "cache")
-        print(f"student_mistakes: each mistake laid over {solved_copy(copy, from_key=True)}, one at a time\n")
+        print(f"student_mistakes: each mistake laid over {solved_copy(copy, from_key=True)}, "
+              "one at a time\n")
         print(f"{'mistake':<50}{'verdict':<12}what the student is told")
         for mistake in MISTAKES:
             name, runs_on = mistake[0], mistake[-1]

@@ -25,7 +25,8 @@ CPU_ROWS = ("forward", "gradient", "fake", "wrapper", "contract")
 # The key's bias messages, and other words for each: a grader that asks for the key's
 # wording would fail the reworded copy. Longest first: the last one is a prefix of the others.
 REWORDED = {"bias must be on a's device": "the bias lives on another device than a",
-            "bias must be 1-D, one value per column of b": "expected a bias vector, one entry for each column of b",
+            "bias must be 1-D, one value per column of b":
+                "expected a bias vector, one entry for each column of b",
             "bias must be contiguous": "a strided bias is not supported",
             "bias must be ": "the bias's dtype should be "}
 
@@ -47,7 +48,8 @@ def run(solved, *command):
 def assert_check_6_cpu_rows_pass(result):
     rows = [line for line in result.stdout.splitlines() if line.startswith("6 exercise")]
     for question in CPU_ROWS:
-        assert any(line.startswith(f"6 exercise: {question} ") and " pass, " in line for line in rows), rows
+        assert any(line.startswith(f"6 exercise: {question} ") and " pass, " in line
+                   for line in rows), rows
     assert not [line for line in rows if " FAIL, " in line], rows
     assert any(line.startswith("6 exercise: cuda forward") for line in rows), rows
     assert any(line.startswith("6 exercise: cuda gradient") for line in rows), rows
@@ -79,16 +81,19 @@ def test_a_solution_in_its_own_words_passes(solved, tmp_path_factory):
     assert_check_6_cpu_rows_pass(result)
 
 
-@pytest.mark.skipif(is_solved() and not holds_the_key(), reason="the folder's own solution words its errors")
+@pytest.mark.skipif(is_solved() and not holds_the_key(),
+                    reason="the folder's own solution words its errors")
 def test_the_second_operator_names_itself_in_its_errors(solved):
     """The answer key's broken call of wmma_mm_bias, eager or compiled, says
     wmma_mm_bias: under torch.compile, the error the fake raised (innermost, under
     Dynamo's own wrappers, which name the node whatever the fake says). The README
     prescribes no wording, so a student's own solution is not held to this."""
     probe = ("import torch, op\n"
-             "a, b, bias = torch.randn(4, 3, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64), "
+             "a, b, bias = torch.randn(4, 3, dtype=torch.float64), "
+             "torch.randn(7, 5, dtype=torch.float64), "
              "torch.randn(5, dtype=torch.float64)\n"
-             "for call in (op.wmma_mm_bias, torch.compile(op.wmma_mm_bias, backend='aot_eager', fullgraph=True)):\n"
+             "for call in (op.wmma_mm_bias, "
+             "torch.compile(op.wmma_mm_bias, backend='aot_eager', fullgraph=True)):\n"
              "    try:\n"
              "        call(a, b, bias)\n"
              "        print('returned')\n"
@@ -105,5 +110,6 @@ def test_the_second_operator_names_itself_in_its_errors(solved):
 def test_the_self_test_passes_on_the_solved_copy(solved):
     result = run(solved, "checks/self_test.py")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1500:]
-    own = [line for line in result.stdout.splitlines() if line.startswith("this folder's wmma_mm_bias")]
+    own = [line for line in result.stdout.splitlines()
+           if line.startswith("this folder's wmma_mm_bias")]
     assert len(own) == 7 and all(" FAIL, " not in line for line in own), own  # check 6's seven rows

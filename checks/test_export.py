@@ -29,7 +29,9 @@ def test_a_dynamic_m_must_be_a_multiple_of_the_tile():
     """An M of any size is refused at export, with the fix; M = 128 * tiles exports."""
     inputs = fake_cuda_inputs()
     with pytest.raises(Exception, match=rf"% {op.TILE_M}\) == 0"):
-        torch.export.export(Layer(), inputs, dynamic_shapes={"a": {0: torch.export.Dim("M")}, "b": None})
+        torch.export.export(Layer(), inputs,
+                            dynamic_shapes={"a": {0: torch.export.Dim("M")}, "b": None})
     exported = torch.export.export(
-        Layer(), inputs, dynamic_shapes={"a": {0: op.TILE_M * torch.export.Dim("M_tiles")}, "b": None})
+        Layer(), inputs,
+        dynamic_shapes={"a": {0: op.TILE_M * torch.export.Dim("M_tiles")}, "b": None})
     assert exported.module() is not None

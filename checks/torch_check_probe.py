@@ -32,7 +32,8 @@ TORCH_CHECK_REPRO = """
 #include <torch/extension.h>
 void check_int(int64_t n) { TORCH_CHECK(n < 0, "n must be negative; got ", n); }
 void check_size(at::Tensor t) { TORCH_CHECK(t.dim() == 3, "want 3-D; got ", t.sizes()); }
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("check_int", &check_int); m.def("check_size", &check_size); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("check_int", &check_int); \
+m.def("check_size", &check_size); }
 """
 
 INSERT_LONG = "_ZNSo9_M_insertIlEERSoT_"  # std::ostream::_M_insert<long>, where the crash was seen
@@ -54,7 +55,8 @@ CHILD = textwrap.dedent("""
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if sys.argv[3] == "maps":
-        print("\\n".join(sorted({line.split()[-1] for line in open("/proc/self/maps") if ".so" in line or line.split()[-1].endswith("python3")})))
+        print("\\n".join(sorted({line.split()[-1] for line in open("/proc/self/maps") \
+if ".so" in line or line.split()[-1].endswith("python3")})))
         sys.exit(0)
     try:
         getattr(module, sys.argv[3])(*eval(sys.argv[4]))
@@ -71,13 +73,15 @@ def shell(command, **kwargs):
 
 def build(name, folder, **flags):
     os.makedirs(folder, exist_ok=True)
-    cpp_extension.load_inline(name=name, cpp_sources=[TORCH_CHECK_REPRO], build_directory=folder, **flags)
+    cpp_extension.load_inline(name=name, cpp_sources=[TORCH_CHECK_REPRO], build_directory=folder,
+                              **flags)
     return glob.glob(os.path.join(folder, name + "*.so"))[0]
 
 
 def call(library, name, function, arguments, **environment):
     result = subprocess.run([sys.executable, "-c", CHILD, library, name, function, arguments],
-                            env=dict(os.environ, **environment), capture_output=True, text=True, timeout=300)
+                            env=dict(os.environ, **environment), capture_output=True, text=True,
+                            timeout=300)
     last = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
     return result.returncode, last, result.stderr.strip()
 
@@ -93,15 +97,23 @@ def main(out):
         log.flush()
 
     say("== versions")
-    say(f"python {sys.version.split()[0]} at {sys.executable}", f"torch {torch.__version__}, CUDA {torch.version.cuda}",
+    say(f"python {sys.version.split()[0]} at {sys.executable}",
+        f"torch {torch.__version__}, CUDA {torch.version.cuda}",
         f"torch._C._GLIBCXX_USE_CXX11_ABI = {torch._C._GLIBCXX_USE_CXX11_ABI}")
-    say(*[line for line in torch.__config__.show().splitlines() if re.search(r"compiler|CXX_FLAGS|ABI", line, re.I)])
-    say(shell("g++ --version | head -1"), "g++'s libstdc++: " + shell("realpath $(g++ -print-file-name=libstdc++.so.6)"),
+    say(*[line for line in torch.__config__.show().splitlines()
+          if re.search(r"compiler|CXX_FLAGS|ABI", line, re.I)])
+    say(shell("g++ --version | head -1"),
+        "g++'s libstdc++: " + shell("realpath $(g++ -print-file-name=libstdc++.so.6)"),
         "g++ versions installed: " + shell("ls /usr/bin/g++-* 2>/dev/null | tr '\\n' ' '"),
-        "libstdc++ files: " + shell("ls -l /lib/x86_64-linux-gnu/libstdc++.so.6* /usr/lib/x86_64-linux-gnu/libstdc++.so.6* 2>/dev/null | awk '{print $NF}' | sort -u | tr '\\n' ' '"),
-        "newest GLIBCXX version there: " + shell("strings $(realpath $(g++ -print-file-name=libstdc++.so.6)) | grep -E '^GLIBCXX_3\\.4\\.[0-9]+$' | sort -V | tail -1"))
+        "libstdc++ files: " + shell("ls -l /lib/x86_64-linux-gnu/libstdc++.so.6* "
+                                    "/usr/lib/x86_64-linux-gnu/libstdc++.so.6* 2>/dev/null "
+                                    "| awk '{print $NF}' | sort -u | tr '\\n' ' '"),
+        "newest GLIBCXX version there: "
+        + shell("strings $(realpath $(g++ -print-file-name=libstdc++.so.6)) "
+                "| grep -E '^GLIBCXX_3\\.4\\.[0-9]+$' | sort -V | tail -1"))
 
-    scratch = tempfile.mkdtemp(prefix="torch-check-probe-")  # builds and traces; OUT_DIR keeps the findings
+    # builds and traces; OUT_DIR keeps the findings
+    scratch = tempfile.mkdtemp(prefix="torch-check-probe-")
     root = os.path.join(scratch, "builds")
     variants = {"plain": {}, "static": {"extra_ldflags": ["-static-libstdc++"]},
                 "static+Bsymbolic": {"extra_ldflags": ["-static-libstdc++", "-Wl,-Bsymbolic"]}}
@@ -121,11 +133,14 @@ def main(out):
             say(f"build with {older[0]} failed: {str(error)[-400:]}")
         del os.environ["CXX"]
     plain = libraries["plain"]
-    shutil.copy(os.path.join(root, "probe_plain", "build.ninja"), os.path.join(out, "build.ninja.txt"))
-    cxx = re.search(r"^cxx = (.+)$", open(os.path.join(root, "probe_plain", "build.ninja")).read(), re.M).group(1)
+    shutil.copy(os.path.join(root, "probe_plain", "build.ninja"),
+                os.path.join(out, "build.ninja.txt"))
+    cxx = re.search(r"^cxx = (.+)$",
+                    open(os.path.join(root, "probe_plain", "build.ninja")).read(), re.M).group(1)
     say(f"the compiler cpp_extension built with: {cxx}: " + shell(f"{cxx} --version | head -1"))
     say("== the extension's dynamic needs (readelf -d, -V)",
-        shell(f"readelf -d {plain} | grep NEEDED"), shell(f"readelf -V {plain} | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tr '\\n' ' '"))
+        shell(f"readelf -d {plain} | grep NEEDED"),
+        shell(f"readelf -V {plain} | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tr '\\n' ' '"))
 
     say("== the calls (exit code, last line)")
     system_libstdcxx = shell("realpath $(g++ -print-file-name=libstdc++.so.6)")
@@ -143,10 +158,13 @@ def main(out):
     say("== LD_DEBUG=bindings: the extension's std:: symbols and where they bind")
     trace = os.path.join(scratch, "ld")
     os.makedirs(trace, exist_ok=True)
-    call(plain, "probe_plain", "check_int", "(1,)", LD_DEBUG="bindings", LD_DEBUG_OUTPUT=os.path.join(trace, "bindings"))
-    lines = [line for path in glob.glob(os.path.join(trace, "bindings*")) for line in open(path, errors="replace")]
+    call(plain, "probe_plain", "check_int", "(1,)", LD_DEBUG="bindings",
+         LD_DEBUG_OUTPUT=os.path.join(trace, "bindings"))
+    lines = [line for path in glob.glob(os.path.join(trace, "bindings*"))
+             for line in open(path, errors="replace")]
     ours = [line.split("binding file", 1)[1].strip() for line in lines
-            if "binding file" in line and "probe_plain" in line.split(" to ")[0] and re.search(r"`_Z(N|NK)?S", line)]
+            if "binding file" in line and "probe_plain" in line.split(" to ")[0]
+            and re.search(r"`_Z(N|NK)?S", line)]
     with open(os.path.join(out, "bindings.txt"), "w") as file:
         file.write("".join(line + "\n" for line in ours))
     targets = {}
@@ -155,17 +173,21 @@ def main(out):
         targets[target] = targets.get(target, 0) + 1
     say(*[f"{count:4} std:: symbols bind to {target}" for target, count in sorted(targets.items())])
     say("the extension's std:: symbols bound outside libstdc++ and itself:",
-        *[f"  {line}" for line in ours if "libstdc++" not in line.split(" to ", 1)[1] and "probe_plain" not in line.split(" to ", 1)[1]])
+        *[f"  {line}" for line in ours if "libstdc++" not in line.split(" to ", 1)[1]
+          and "probe_plain" not in line.split(" to ", 1)[1]])
     for label, symbol in TRACED.items():
         who = {}
         for line in lines:
             if f"`{symbol}'" in line and " to " in line:
                 source, target = line.split("binding file", 1)[1].split(" to ", 1)
-                who.setdefault(target.split(" [")[0].strip(), set()).add(os.path.basename(source.split(" [")[0].strip()))
+                who.setdefault(target.split(" [")[0].strip(), set()).add(
+                    os.path.basename(source.split(" [")[0].strip()))
         say(f"{label}: every binding in the process" + ("" if who else ": none seen"),
-            *[f"  to {target} from {', '.join(sorted(sources))[:400]}" for target, sources in who.items()])
+            *[f"  to {target} from {', '.join(sorted(sources))[:400]}"
+              for target, sources in who.items()])
 
-    say("== mapped libraries that define the traced symbols, and how many std:: symbols each exports (nm -D)")
+    say("== mapped libraries that define the traced symbols, "
+        "and how many std:: symbols each exports (nm -D)")
     mapped = subprocess.run([sys.executable, "-c", CHILD, plain, "probe_plain", "maps", "()"],
                             capture_output=True, text=True).stdout.split()
     with open(os.path.join(out, "maps.txt"), "w") as file:
@@ -177,17 +199,19 @@ def main(out):
         found = [label for label, symbol in TRACED.items() if symbol in defined]
         if exported or found:
             say(f"  {path}: {exported} std:: symbols; defines {', '.join(found) or 'none traced'}")
-    say(f"  {len(mapped)} files mapped; every libstdc++ among them: " + " ".join(p for p in mapped if "libstdc++" in p))
+    say(f"  {len(mapped)} files mapped; every libstdc++ among them: "
+        + " ".join(p for p in mapped if "libstdc++" in p))
 
     say("== cuda-gdb: the crash")
     gdb = shutil.which("cuda-gdb") or "/usr/local/cuda/bin/cuda-gdb"
     if os.path.exists(gdb):
         with open(os.path.join(scratch, "child.py"), "w") as file:
             file.write(CHILD)
-        commands = ["set pagination off", "set confirm off", "run", "bt 12", "info symbol $pc", "x/6i $pc",
-                    "info registers rip rsp rdi rsi rax", "info sharedlibrary"]
+        commands = ["set pagination off", "set confirm off", "run", "bt 12", "info symbol $pc",
+                    "x/6i $pc", "info registers rip rsp rdi rsi rax", "info sharedlibrary"]
         arguments = [gdb, "-q", "-batch"] + [f"-ex={command}" for command in commands]
-        arguments += ["--args", sys.executable, os.path.join(scratch, "child.py"), plain, "probe_plain", "check_int", "(1,)"]
+        arguments += ["--args", sys.executable, os.path.join(scratch, "child.py"), plain,
+                      "probe_plain", "check_int", "(1,)"]
         try:
             result = subprocess.run(arguments, capture_output=True, text=True, timeout=400)
             text = result.stdout + result.stderr
@@ -195,7 +219,9 @@ def main(out):
             text = f"cuda-gdb timed out after 400 s\n{timeout.stdout or ''}"
         with open(os.path.join(out, "cuda-gdb.txt"), "w") as file:
             file.write(text)
-        keep = [line for line in text.splitlines() if re.match(r"(#\d|=>|rip|rsp|rdi|rsi|rax|Thread|Program|.*in section|.*signal)", line.strip())]
+        keep = [line for line in text.splitlines()
+                if re.match(r"(#\d|=>|rip|rsp|rdi|rsi|rax|Thread|Program|.*in section|.*signal)",
+                            line.strip())]
         keep += [line for line in text.splitlines() if "libstdc++" in line or "probe_plain" in line]
         say(*keep[:60])
     else:
