@@ -46,6 +46,8 @@ class Operator:
     """What the table checks, and where a failure's fix goes."""
     kernel = "wmmaGemmKernel"  # row 10 looks for it under the forward
     gate = None  # row 14's gate.cu; None: the one beside python_file
+    # Row 14's advice where the gate fails: the launcher gate.cu calls, and where it is defined.
+    launcher, launcher_file = "launchWmmaGemm", "kernel.cu"
 
     def __init__(self, namespace, module):
         self.namespace, self.module = namespace, module
@@ -79,6 +81,10 @@ class Operator:
         other = copy.copy(self)
         other.wrapper = wrapper
         return other
+
+    def gate_target(self, architecture):
+        """nvcc's flags that build row 14's gate for `architecture` ("sm_75")."""
+        return [f"-arch={architecture}"]
 
     def with_gate(self, source):  # row 14 on another gate.cu (checks/self_test.py's wrong one)
         other = copy.copy(self)
@@ -1001,8 +1007,8 @@ def check_backward_accuracy(operator):
 GATE_TIME_LIMIT = 120  # seconds
 
 # What a failed run of the gate most often means while the exercise is being done.
-GATE_HINT = ("Doing the exercise? gate.cu calls launchWmmaGemm itself: its arguments follow "
-             "kernel.cu's definition, one for one and in the same order.")
+GATE_HINT = ("Doing the exercise? gate.cu calls {launcher} itself: its arguments follow "
+             "{launcher_file}'s definition, one for one and in the same order.")
 
 
 def check_gate(operator):
@@ -1029,7 +1035,8 @@ def check_gate(operator):
                    + (f"; its last line: {printed[-1]!r}" if printed else "")) from None
     if ran.returncode == 0 and "gate: PASS" in ran.stdout.splitlines():
         return f"{built}, run: gate: PASS"
-    raise Fail(f"the gate ran and failed: {what_the_gate_said(ran)}\n{GATE_HINT}")
+    hint = GATE_HINT.format(launcher=operator.launcher, launcher_file=operator.launcher_file)
+    raise Fail(f"the gate ran and failed: {what_the_gate_said(ran)}\n{hint}")
 
 
 def what_the_gate_said(ran):
@@ -1053,9 +1060,12 @@ def build_gate(operator, nvcc, architecture):
     source, toolkit = operator.gate_source, operator.build["toolkit"] or {}
     # pip's toolkit keeps its headers in folders of their own
     headers = [f"-I{path}" for path in toolkit.get("include", [])]
-    key = hashlib.sha256(f"{nvcc}\0{architecture}".encode())
-    for path in gate_inputs(nvcc, [f"-arch={architecture}", *headers], source):
-        key.update(path.encode() + b"\0" + pathlib.Path(path).read_bytes())
+    target = operator.gate_target(architecture)
+    key = hashlib.sha256("\0".join([nvcc, *target]).encode())
+    for path in gate_inputs(nvcc, [*target, *headers], source):
+        # named from gate.cu's folder: two copies of one folder share one gate
+        name = os.path.relpath(path, os.path.dirname(source))
+        key.update(name.encode() + b"\0" + pathlib.Path(path).read_bytes())
     folder = os.path.join(os.path.dirname(operator.build["directory"]),
                           f"{operator.namespace}-gate-{key.hexdigest()[:16]}")
     gate = os.path.join(folder, "gate")
@@ -1066,7 +1076,7 @@ def build_gate(operator, nvcc, architecture):
         # Under a name of its own until it is whole: a build killed midway, or another
         # process building the same gate at once, leaves no half-written "gate"
         partial = f"{gate}.{os.getpid()}.partial"
-        built = subprocess.run([nvcc, "-O3", f"-arch={architecture}", *headers, *link, "-o",
+        built = subprocess.run([nvcc, "-O3", *target, *headers, *link, "-o",
                                 partial, os.path.basename(source)],
                                capture_output=True, text=True, cwd=os.path.dirname(source))
         linker = [line for line in built.stderr.splitlines() if re.search(r"\bld: ", line)]
@@ -1074,7 +1084,8 @@ def build_gate(operator, nvcc, architecture):
                 f"gate.cu compiles and does not link: {linker[0] if linker else ''}")
         require(built.returncode == 0,
                 f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\ngate.cu "
-                "includes kernel.cu and calls launchWmmaGemm: its calls follow the definition.")
+                f"includes {operator.launcher_file} and calls {operator.launcher}: its calls "
+                "follow the definition.")
         os.replace(partial, gate)
     return gate, runtime
 
@@ -1082,13 +1093,13 @@ def build_gate(operator, nvcc, architecture):
 def gate_inputs(nvcc, flags, source):
     """gate.cu and every file it includes, wherever they are, as nvcc's preprocessor finds
     them: the prerequisites of the make rule that -MM prints ("gate.o : gate.cu kernel.cu
-    ..."), its lines joined, a space in a name escaped. Where that fails, gate.cu alone:
-    the build that follows says why."""
+    ..."), its lines joined, a space in a name escaped. Where that fails, every CUDA file
+    in gate.cu's folder (the build that follows says why it failed)."""
     folder = os.path.dirname(source)
     rule = subprocess.run([nvcc, "-MM", *flags, os.path.basename(source)], capture_output=True,
                           text=True, cwd=folder)
     if rule.returncode != 0 or ":" not in rule.stdout:
-        return [source]
+        return sorted(str(path) for path in pathlib.Path(folder).glob("*.cu*"))
     words = re.split(r"(?<!\\)\s+", rule.stdout.split(":", 1)[1].replace("\\\n", " "))
     return sorted({os.path.join(folder, word.replace("\\ ", " ")) for word in words if word})
 

@@ -19,7 +19,13 @@ Each test also runs its check on a deliberately broken copy and sees it fail the
 import re
 from pathlib import Path
 
+import pytest
+
 LESSON = Path(__file__).resolve().parent.parent
+# The two tiers' notes cite each other's logs: in a copy of the lesson without fast/ (the
+# next lesson's folder), there is nothing here to hold to this form.
+pytestmark = pytest.mark.skipif(not (LESSON / "fast").is_dir(),
+                                reason="fast/ is deleted: the notes cite its logs")
 NOTES = [LESSON / "checks" / "NOTES.md", LESSON / "fast" / "NOTES.md"]
 READMES = [LESSON / "README.md", LESSON / "checks" / "README.md", LESSON / "fast" / "README.md",
            *sorted((LESSON / "fast").glob("*/README.md"))]

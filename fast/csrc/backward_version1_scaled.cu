@@ -1,8 +1,9 @@
-// fast/scale_to_half.cu: the fast operator's backward helper, scaleToHalfKernel, and
-// its launcher, launchScaleToHalf, which fast/binding.cpp calls.
+// fast/csrc/backward_version1_scaled.cu: the fast operator's backward helper,
+// scaleToHalfKernel, and its launcher, launchScaleToHalf, which fast/csrc/binding.cpp
+// calls.
 //
-// Built by fast/fast_op.py beside launch_policy.cu and binding.cpp; included by
-// fast/gate.cu, which checks it bit for bit with no PyTorch. It never exits and never
+// Built by fast/day87_fast/__init__.py beside launch_policy.cu and binding.cpp; included by
+// fast/proof/gate.cu, which checks it bit for bit with no PyTorch. It never exits and never
 // waits: the launcher returns the launch status.
 
 #include <cooperative_groups.h>
@@ -19,14 +20,14 @@ namespace cooperative = cooperative_groups;
 // ---------------------------------------------------------------------------
 // The backward's helpers
 // ---------------------------------------------------------------------------
-// fast/binding.cpp's wmmaMmBackwardCuda computes grad_a = grad @ b^T and grad_b = a^T @ grad
-// with cuBLAS on tensor cores, FP16 in, FP32 accumulate, FP16 out. grad arrives in
-// FP32, and cast as it is its small values would be lost (FP16's smallest normal is
-// 2^-14, about 6e-5). So it is multiplied by the power of two that puts its largest
-// magnitude in [2^14, 2^15) before the cast, and cuBLAS multiplies each FP32 sum by
-// the inverse power of two (its alpha) before it rounds the product to FP16: exact,
-// since only exponents move. The largest magnitude never leaves the device (cuBLAS
-// reads alpha from device memory), so nothing here waits for the GPU.
+// fast/csrc/binding.cpp's wmmaMmBackwardCuda computes grad_a = grad @ b^T and grad_b = a^T
+// @ grad with cuBLAS on tensor cores, FP16 in, FP32 accumulate, FP16 out. grad arrives in
+// FP32, and cast as it is its small values would be lost (FP16's smallest normal is 2^-14,
+// about 6e-5). So it is multiplied by the power of two that puts its largest magnitude in
+// [2^14, 2^15) before the cast, and cuBLAS multiplies each FP32 sum by the inverse power of
+// two (its alpha) before it rounds the product to FP16: exact, since only exponents move.
+// The largest magnitude never leaves the device (cuBLAS reads alpha from device memory), so
+// nothing here waits for the GPU.
 //
 // One kernel, because the scale needs every element's magnitude before the first
 // element can be cast, and a grid-wide barrier can stand between the two: (1) every
@@ -40,7 +41,8 @@ constexpr int kHelperThreads = 256;
 constexpr int kScaleBlocksPerMultiprocessor = 4;
 // Each thread's first float4s of a dense grad, held in registers from (1) to (2).
 constexpr int kRegisterVectors = 8;
-// The partial maxima's workspace holds this many floats; fast/binding.cpp allocates it.
+// The partial maxima's workspace holds this many floats; fast/csrc/binding.cpp allocates
+// it.
 extern const int kMaxHelperBlocks = 1024;
 
 // The largest |value| over this block's threads, in every thread's return value.

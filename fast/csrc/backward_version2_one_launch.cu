@@ -1,22 +1,23 @@
-// fast/backward_one_launch.cu: the fast operator's backward with both products in one
-// launch, meant for a small layer: oneLaunchBackwardKernel, and launchOneLaunchBackward,
-// which fast/binding.cpp calls where DAY87_FAST_BACKWARD=one-launch forces it and 32
-// divides M, N and K. It is the backward's second version, a measured experiment: ahead
-// of the first (the three kernels of fast/scale_to_half.cu and cuBLAS) at the lesson's
-// layer alone, behind at every other size measured, so never chosen unforced
-// (fast/NOTES.md, "The backward in one launch", has its three forms and their figures).
+// fast/csrc/backward_version2_one_launch.cu: the fast operator's backward with both
+// products in one launch, meant for a small layer: oneLaunchBackwardKernel, and
+// launchOneLaunchBackward, which fast/csrc/binding.cpp calls where
+// DAY87_FAST_BACKWARD=one-launch forces it and 32 divides M, N and K. It is the backward's
+// second version, a measured experiment: ahead of the first (the three kernels of
+// fast/csrc/backward_version1_scaled.cu and cuBLAS) at the lesson's layer alone, behind at
+// every other size measured, so never chosen unforced (fast/NOTES.md, "The backward in one
+// launch", has its three forms and their figures).
 //
-// Built by fast/fast_op.py beside launch_policy.cu, scale_to_half.cu and binding.cpp;
-// included by fast/gate.cu, which checks it against float64 with no PyTorch
-// (fast/gate --backward). It never exits and never waits: the launcher returns the
+// Built by fast/day87_fast/__init__.py beside launch_policy.cu, backward_version1_scaled.cu
+// and binding.cpp; included by fast/proof/gate.cu, which checks it against float64 with no
+// PyTorch (the gate's --backward). It never exits and never waits: the launcher returns the
 // launch status.
 //
-// fast/scale_to_half.cu's backward is three kernels: the scaling, then two cuBLAS
-// products. At a small layer each of them costs about what an empty launch and a few
+// fast/csrc/backward_version1_scaled.cu's backward is three kernels: the scaling, then two
+// cuBLAS products. At a small layer each of them costs about what an empty launch and a few
 // round trips to memory cost, whatever its work, so the three cost three times one
-// (fast/NOTES.md, "The backward", has the figures). Here one grid computes both
-// products: its first blocks the tiles of grad_a = grad @ b^T, the rest the tiles of
-// grad_b = a^T @ grad.
+// (fast/NOTES.md, "The backward", has the figures). Here one grid computes both products:
+// its first blocks the tiles of grad_a = grad @ b^T, the rest the tiles of grad_b = a^T @
+// grad.
 //
 // And no scaling: the tensor cores' TF32 (sm_80 and up) has FP32's 8-bit exponent and
 // FP16's 10-bit fraction. grad is read in FP32 and rounded once to TF32, which loses
@@ -272,7 +273,7 @@ __global__ void __launch_bounds__(kBackwardThreads, 2) oneLaunchBackwardKernel(B
 // Which backward runs, and the launcher
 // ---------------------------------------------------------------------------
 // DAY87_FAST_BACKWARD=one-launch forces this kernel; scaled, auto or unset run
-// fast/scale_to_half.cu's three kernels.
+// fast/csrc/backward_version1_scaled.cu's three kernels.
 enum class BackwardSwitch { kAuto, kOneLaunch, kScaled, kUnknown };
 
 BackwardSwitch backwardSwitch() {

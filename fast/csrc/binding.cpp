@@ -1,11 +1,12 @@
-// fast/binding.cpp: registers day87_fast::wmma_mm, wmma_mm_bias and wmma_mm_backward.
+// fast/csrc/binding.cpp: registers day87_fast::wmma_mm, wmma_mm_bias and wmma_mm_backward.
 //
 // In order: the contract for a and b, the bias's contract, the CUDA implementations
-// (fast/launch_policy.cu's launcher, with a workspace for split K), the tensor-core backward
-// in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's handle; or, where
-// DAY87_FAST_BACKWARD=one-launch forces it, fast/backward_one_launch.cu's one grid), the
-// float64 CPU implementations, and the registrations under the namespace day87_fast,
-// so that one process can load the lesson and this operator side by side.
+// (fast/csrc/launch_policy.cu's launcher, with a workspace for split K), the tensor-core
+// backward in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's handle; or,
+// where DAY87_FAST_BACKWARD=one-launch forces it,
+// fast/csrc/backward_version2_one_launch.cu's one grid), the float64 CPU implementations,
+// and the registrations under the namespace day87_fast, so that one process can load the
+// lesson and this operator side by side.
 //
 // fast_op.py builds it with DAY87_WITH_CUDA when a toolkit is found, as op.py does.
 
@@ -30,11 +31,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-// Defined in fast/common.cuh (the tile that the shape must divide: the lesson's
-// contract, copied), fast/launch_policy.cu (the launcher) and fast/scale_to_half.cu
-// (the backward's helpers). A declaration that differs from its definition still
-// compiles and links; the library then fails to load on an undefined symbol. Change
-// the two together.
+// Defined in fast/csrc/common.cuh (the tile that the shape must divide: the lesson's
+// contract, copied), fast/csrc/launch_policy.cu (the launcher) and
+// fast/csrc/backward_version1_scaled.cu (the backward's helpers). A declaration that
+// differs from its definition still compiles and links; the library then fails to load on
+// an undefined symbol. Change the two together.
 namespace tuned {
 extern const int kTileM, kTileN, kTileK;
 cudaError_t launchFastGemm(const __half* a, const __half* b, const float* bias, float* c,
@@ -46,8 +47,9 @@ cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int
                               int64_t col_stride, __half* scaled, float* alpha_and_beta,
                               float* workspace, cudaStream_t stream);
 extern const int kMaxHelperBlocks;
-// fast/backward_one_launch.cu: "" where DAY87_FAST_BACKWARD can be honoured for this
-// backward, and then which backward runs; the launcher of both products in one grid.
+// fast/csrc/backward_version2_one_launch.cu: "" where DAY87_FAST_BACKWARD can be honoured
+// for this backward, and then which backward runs; the launcher of both products in one
+// grid.
 std::string chooseOneLaunchBackward(int64_t m, int64_t n, int64_t k, bool* one_launch);
 cudaError_t launchOneLaunchBackward(const float* grad, int64_t grad_row_stride,
                                     int64_t grad_col_stride, const __half* a, const __half* b,
@@ -225,13 +227,14 @@ void halfProduct(const std::string& op, const __half* left, bool transpose_left,
                 op + ": cublasGemmEx failed: " + cublasGetStatusString(status));
 }
 
-// The backward's products on tensor cores: grad_a = grad @ b^T where b is given and
-// grad_b = a^T @ grad where a is given (the lesson's _setup_context saves each input only
-// when its partner needs a gradient), FP16, from an FP32 grad. fast/scale_to_half.cu says
-// why grad is scaled by a power of two first. One dispatcher call and three kernels
-// (the scaling, two cuBLAS products), or one where forced (fast/backward_one_launch.cu):
-// each op that autograd's backward thread issues costs tens of microseconds of host
-// time, and the same work as twelve ATen ops made a small layer's step host-bound.
+// The backward's products on tensor cores: grad_a = grad @ b^T where b is given and grad_b
+// = a^T @ grad where a is given (the lesson's _setup_context saves each input only when its
+// partner needs a gradient), FP16, from an FP32 grad. fast/csrc/backward_version1_scaled.cu
+// says why grad is scaled by a power of two first. One dispatcher call and three kernels
+// (the scaling, two cuBLAS products), or one where forced
+// (fast/csrc/backward_version2_one_launch.cu): each op that autograd's backward thread
+// issues costs tens of microseconds of host time, and the same work as twelve ATen ops made
+// a small layer's step host-bound.
 std::tuple<at::Tensor, at::Tensor> wmmaMmBackwardCuda(const at::Tensor& grad,
                                                       const std::optional<at::Tensor>& a,
                                                       const std::optional<at::Tensor>& b) {

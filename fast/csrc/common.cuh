@@ -1,4 +1,4 @@
-// fast/common.cuh: what the fast operator's five versions must agree on.
+// fast/csrc/common.cuh: what the fast operator's five versions must agree on.
 //
 // The shape contract and the operands every kernel takes; then, for versions 2 to 4
 // (Hopper, sm_90a code), the tile plans' constants, the PTX wrappers (mbarriers, TMA,
@@ -8,9 +8,9 @@
 // version3_persistent.cuh, version4_cluster.cuh, version5_split_cluster.cuh (which
 // calls version 1's loop). launch_policy.cu includes them all and chooses.
 //
-// This header defines kTileM, kTileN and kTileK for fast/binding.cpp (extern const),
-// so one translation unit includes it: launch_policy.cu (and the programs that include
-// that file, fast/gate.cu and fast/tile_order.cu).
+// This header defines kTileM, kTileN and kTileK for fast/csrc/binding.cpp (extern const),
+// so one translation unit includes it: launch_policy.cu (and the programs that include that
+// file, fast/proof/gate.cu and fast/bench/tile_order.cu).
 //
 // Copied from the lesson's kernel.cu, not included (fast/ compiles no lesson source):
 // the contract's numbers, kWmmaSize and kGroupRows. fast/README.md lists every copy.
@@ -32,16 +32,16 @@ namespace tuned {
 // The shape contract and the operands
 // ---------------------------------------------------------------------------
 // M and N multiples of 128 and K of 16 (the lesson's contract, copied): every plan the
-// launcher may take for any shape divides it (version 1's three and the narrow Hopper
-// plan, each checked by a static_assert; the wide one only where 256 divides N, which
-// chooseLaunch asks). fast/binding.cpp declares these three and raises, naming the
+// launcher may take for any shape divides it (version 1's three and the narrow Hopper plan,
+// each checked by a static_assert; the wide one only where 256 divides N, which
+// chooseLaunch asks). fast/csrc/binding.cpp declares these three and raises, naming the
 // rule, before a call reaches the launcher.
 constexpr int kWmmaSize = 16;  // the 16 x 16 x 16 FP16 fragment shape
 extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
 
-// Blocks walk the tiles in groups of 8 block-rows, column by column, so that the
-// blocks resident at one time share A rows and B columns and find them in L2 (the
-// lesson's order; fast/tile_order.cu times others on versions 3 and 4).
+// Blocks walk the tiles in groups of 8 block-rows, column by column, so that the blocks
+// resident at one time share A rows and B columns and find them in L2 (the lesson's order;
+// fast/bench/tile_order.cu times others on versions 3 and 4).
 constexpr int kGroupRows = 8;
 
 // What one multiply reads and writes: the lesson's GemmOperands with the bias, under
@@ -273,10 +273,10 @@ __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned,
     return ring;
 }
 
-// Tile `index` of C in grouped order: down group_rows rows of tiles, then across to
-// the next column, so that blocks running at the same time share rows of A and
-// columns of B in L2 (version 1's order, kGroupRows; fast/tile_order.cu times others on
-// versions 3 and 4).
+// Tile `index` of C in grouped order: down group_rows rows of tiles, then across to the
+// next column, so that blocks running at the same time share rows of A and columns of B in
+// L2 (version 1's order, kGroupRows; fast/bench/tile_order.cu times others on versions 3
+// and 4).
 struct TileCoordinates {
     int row, col;
 };

@@ -1,5 +1,5 @@
-// fast/launch_policy.cu: which of the fast forward's five versions runs a call, and
-// launchFastGemm, the launcher that fast/binding.cpp calls.
+// fast/csrc/launch_policy.cu: which of the fast forward's five versions runs a call, and
+// launchFastGemm, the launcher that fast/csrc/binding.cpp calls.
 //
 // The versions, each in a file of its own, the simplest first:
 //   1. version1_wmma.cuh, wmmaGemmKernel: WMMA under three tile plans, K split on
@@ -18,14 +18,14 @@
 // it), and the launcher. Every figure behind a choice is in fast/NOTES.md.
 //
 // Built two ways:
-//   - by fast/fast_op.py, through cpp_extension.load with op.py's build helpers, with
-//     fast/scale_to_half.cu and fast/binding.cpp (and the sm_90a target where a Hopper
-//     card may run the build);
-//   - included by fast/gate.cu, the standalone check:
-//       nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o fast/gate fast/gate.cu && fast/gate
+//   - by fast/day87_fast/__init__.py, through cpp_extension.load with op.py's build
+//     helpers, with fast/csrc/backward_version1_scaled.cu and fast/csrc/binding.cpp (and
+//     the sm_90a target where a Hopper card may run the build);
+//   - included by fast/proof/gate.cu, the standalone check:
+//       nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o gate fast/proof/gate.cu && ./gate
 //
-// This file never exits and never waits for the caller's work: the launchers return
-// the launch status, and the caller (an operator that raises, or fast/gate.cu's
+// This file never exits and never waits for the caller's work: the launchers return the
+// launch status, and the caller (an operator that raises, or fast/proof/gate.cu's
 // CUDA_CHECK) decides what an error means. The one wait is runsHopperCode's, once per
 // device and thread, for a one-thread probe on a stream of its own.
 
@@ -167,9 +167,9 @@ cudaError_t currentDeviceFacts(DeviceFacts* facts) {
 }
 
 // Which kernel a call runs: DAY87_FAST_KERNEL=split (version 5), cluster (version 4),
-// persistent (version 3), hopper (version 2) or wmma (version 1) forces one, and unset
-// (or auto) lets chooseLaunch choose. It is read at every call, so that one process
-// can time both (fast/bench.py); a CUDA graph keeps the kernel it captured.
+// persistent (version 3), hopper (version 2) or wmma (version 1) forces one, and unset (or
+// auto) lets chooseLaunch choose. It is read at every call, so that one process can time
+// both (fast/bench/bench.py); a CUDA graph keeps the kernel it captured.
 enum class KernelSwitch { kAuto, kSplit, kCluster, kPersistent, kHopper, kWmma, kUnknown };
 
 KernelSwitch kernelSwitch() {
@@ -191,7 +191,7 @@ bool forcesHopperKernel(KernelSwitch wanted) {
 }
 
 // Why DAY87_FAST_KERNEL cannot be honoured on the current device, or "" where it can:
-// fast/binding.cpp raises with it before a launch, where the launcher itself could
+// fast/csrc/binding.cpp raises with it before a launch, where the launcher itself could
 // only answer an error code.
 std::string kernelSwitchProblem() {
     const KernelSwitch wanted = kernelSwitch();
@@ -396,11 +396,11 @@ cudaError_t launchChosenPlan(const FastGemmOperands& operands, float* workspace,
                                                       stream);
 }
 
-// What fast/binding.cpp calls: launches on `stream` and returns the launch status,
-// with `workspace` as fastGemmWorkspaceBytes asked for and `bias` nullptr or N
-// floats. Sizes past an int, or a grid of more tiles than a launch can hold, answer
-// cudaErrorInvalidValue. fast/binding.cpp declares it too: a change to its
-// parameters goes in both files.
+// What fast/csrc/binding.cpp calls: launches on `stream` and returns the launch status,
+// with `workspace` as fastGemmWorkspaceBytes asked for and `bias` nullptr or N floats.
+// Sizes past an int, or a grid of more tiles than a launch can hold, answer
+// cudaErrorInvalidValue. fast/csrc/binding.cpp declares it too: a change to its parameters
+// goes in both files.
 cudaError_t launchFastGemm(const half* a, const half* b, const float* bias, float* c, size_t m,
                            size_t n, size_t k, float* workspace, cudaStream_t stream) {
     if (m > INT_MAX || n > INT_MAX || k > INT_MAX) return cudaErrorInvalidValue;

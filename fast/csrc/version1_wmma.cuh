@@ -1,4 +1,4 @@
-// fast/version1_wmma.cuh: version 1 of the fast forward, wmmaGemmKernel, for any card
+// fast/csrc/version1_wmma.cuh: version 1 of the fast forward, wmmaGemmKernel, for any card
 // from sm_75 up.
 //
 // The lesson's kernel.cu tuned: the same WMMA fragments and FP32 accumulators under

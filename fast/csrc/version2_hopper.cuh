@@ -1,5 +1,5 @@
-// fast/version2_hopper.cuh: version 2 of the fast forward, hopperGemmKernel, for Hopper
-// (sm_90a code): a block per tile of C.
+// fast/csrc/version2_hopper.cuh: version 2 of the fast forward, hopperGemmKernel, for
+// Hopper (sm_90a code): a block per tile of C.
 //
 // wmmaGemmKernel is version 1: every thread copies its share of each stage, and
 // every warp multiplies 16 x 16 x 16 fragments (HMMA) that it loads from padded

@@ -1,4 +1,4 @@
-// fast/version3_persistent.cuh: version 3 of the fast forward, hopperPersistentKernel,
+// fast/csrc/version3_persistent.cuh: version 3 of the fast forward, hopperPersistentKernel,
 // for Hopper (sm_90a code): version 2's pipeline in a persistent grid.
 //
 // Version 2 launches a block per tile: each block sets up its ring, waits for its
@@ -20,7 +20,7 @@
 //     other warps have freed that many: what the producer frees must cover what the
 //     consumers ask for, or they wait for ever. It takes effect only with that cap
 //     and each role one branch of one if/else;
-//   - the order of tiles: the group height is the launcher's, measured (fast/tile_order.cu).
+//   - the order of tiles: the group height is the launcher's, measured (fast/bench/tile_order.cu).
 //
 // In order: the producer, the consumers and the epilogue (version 2's, unchanged:
 // `diff` the two files for what persistence adds), the kernel, and its launcher.
@@ -181,10 +181,10 @@ __global__ void __launch_bounds__(Plan::kThreads, 1)
 }
 
 // The persistent kernel's order of tiles: down this many rows of tiles before moving
-// across. fast/tile_order.cu times 1 to 32 at the large shapes: the height hardly
+// across. fast/bench/tile_order.cu times 1 to 32 at the large shapes: the height hardly
 // matters up to 8192 x 4096 x 4096, and where it does (8192^3) by less than a line's
-// position moves a timing (fast/NOTES.md, "The Hopper kernel: versions 2 and 3"), so version 1's
-// height stays until a run shows more.
+// position moves a timing (fast/NOTES.md, "The Hopper kernel: versions 2 and 3"), so
+// version 1's height stays until a run shows more.
 constexpr int kPersistentGroupRows = kGroupRows;
 
 // One persistent plan on `stream`: a block per SM (`multiprocessors` of them), or per

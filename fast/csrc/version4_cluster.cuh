@@ -1,6 +1,6 @@
-// fast/version4_cluster.cuh: version 4 of the fast forward, hopperClusterKernel, for
-// Hopper (sm_90a code): version 3's persistent pipeline in clusters of two blocks,
-// with B's stages multicast and C stored by TMA.
+// fast/csrc/version4_cluster.cuh: version 4 of the fast forward, hopperClusterKernel, for
+// Hopper (sm_90a code): version 3's persistent pipeline in clusters of two blocks, with B's
+// stages multicast and C stored by TMA.
 //
 // What it adds to version 3:
 //   - clusters: the two blocks of a cluster take the tiles one above the other, rows

@@ -1,4 +1,4 @@
-// fast/version5_split_cluster.cuh: version 5 of the fast forward,
+// fast/csrc/version5_split_cluster.cuh: version 5 of the fast forward,
 // wmmaClusterSplitKernel: version 1's split K in one launch, on sm_90 and up.
 //
 // Version 1 splits K where the grid of tiles is too small for the card, and adds the

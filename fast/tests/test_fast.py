@@ -42,6 +42,14 @@ class FastOperator(test_op.Operator):
     python_name = "day87_fast/__init__.py"  # where its fake and backward are registered
     gate = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "proof", "gate.cu")  # row 14's: fast/'s own, with every version
+    launcher, launcher_file = "launchFastGemm", "fast/csrc/launch_policy.cu"
+
+    def gate_target(self, architecture):
+        # The Hopper kernels (versions 2 to 4) are compiled only for sm_90a, as in the
+        # operator's build: a plain sm_90 gate would skip them, and refuse them forced.
+        if architecture == "sm_90":
+            return ["-gencode", "arch=compute_90a,code=sm_90a"]
+        return super().gate_target(architecture)
 
 
 FAST = FastOperator(day87_fast.NAMESPACE, day87_fast)
