@@ -1,6 +1,7 @@
-"""figures_hold.py: do the fast tier's GPU times still hold? Its operator timed
-beside an earlier commit's fast tier, on this machine, one right after the other,
-each in a process of its own.
+"""figures_hold.py: do the fast tier's GPU times still hold? The installed operator
+(`pip install --no-build-isolation ./fast`) timed beside an earlier commit's fast tier,
+built just in time, on this machine, one right after the other, each in a process of its
+own.
 
 From fast/:
     python -m bench.figures_hold                             # against 3fa032f, exported
@@ -16,12 +17,16 @@ earlier commit's. The earlier commit's fast/ and the lesson files it builds on
 (BASELINE_FILES) are exported with `git archive` unless --baseline-folder names a
 copy: a repository whose git is absent or stale needs that, made with
     git -C REPOSITORY archive 3fa032f op.py kernel.cu binding.cpp fast | tar -x -C DIR
-Its operator is the module its fast/ holds: day87_fast (a package, from this
-layout on) or fast_op.py (before it).
+Its operator is the module its fast/ holds, built at import: day87_fast (a package, in
+the commits that laid fast/ out by role) or fast_op.py (before them). Now's is the
+installed day87_fast, wherever Python finds it (site-packages, or a folder on
+PYTHONPATH): its wall and host times beside 3fa032f's show what the stable ABI's
+boxed calls cost the host.
 
 Each side runs in a child process, `--child FOLDER MODULE`, started by this file's
-path with FOLDER alone on PYTHONPATH: MODULE is imported from FOLDER (each side's
-fast/, which imports its own lesson), and nothing else of either side; timing.py
+path with FOLDER alone on PYTHONPATH: MODULE is imported from FOLDER (the earlier
+side's fast/, which imports its own lesson; now's, the folder the installed package is
+in), and nothing else of either side; timing.py
 comes from this file's folder. A child times, with bench/timing.py, the module's
 wmma_mm: the forward at bench.py's shapes and at five more (BASELINE_FORWARD_SHAPES);
 one layer's training step at bench.py's four step sizes; and the backward alone at
@@ -40,13 +45,13 @@ more than 5% slower. Wall and host times are reported, not judged: they are the
 host's, which a kernel's change does not decide. The exit status is 1 if a GPU
 time is more than 5% slower in both pairs, 2 if a side could not be measured.
 
-Both sides serve day87_fast, and both may load the same lesson library; the
-libraries of day87_fast must differ (the build folder is named by a hash of its
-sources), and the parent checks that they do.
+Both sides serve day87_fast, and the earlier one loads its lesson's library too; the
+libraries of day87_fast must differ, and the parent checks that they do.
 """
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -144,10 +149,19 @@ def run_side(folder, module_name):
 
 
 def libraries_of(side, namespace):
-    """The libraries a side loaded that serve `namespace` (the lesson's build folders are
-    named NAMESPACE-HASH, and day87_fast's too, through the lesson's build)."""
-    return [library for library in side["libraries"]
-            if os.path.basename(os.path.dirname(library)).startswith(namespace + "-")]
+    """The libraries a side loaded that serve `namespace`: a just-in-time build's folder is
+    named NAMESPACE-HASH, an installed package's NAMESPACE."""
+    folders = [os.path.basename(os.path.dirname(library)) for library in side["libraries"]]
+    return [library for library, folder in zip(side["libraries"], folders)
+            if folder == namespace or folder.startswith(namespace + "-")]
+
+
+def installed_folder():
+    """The folder the installed day87_fast package is in, found without importing it."""
+    spec = importlib.util.find_spec(NAMESPACE)
+    if spec is None or spec.origin is None:
+        stop("day87_fast is not installed. Fix: pip install --no-build-isolation ./fast")
+    return os.path.dirname(os.path.dirname(spec.origin))
 
 
 def verdict(ratios):
@@ -203,7 +217,7 @@ def parent(arguments):
             stop(f"{baseline_fast} holds neither {' nor '.join(MODULES)}; "
                  f"it needs {', '.join(BASELINE_FILES)} at {arguments.baseline_commit}")
         sides = {"baseline": (baseline_fast, module_in(baseline_fast)),
-                 "now": (FAST, "day87_fast")}
+                 "now": (installed_folder(), NAMESPACE)}
         pairs = []
         for order in (("baseline", "now"), ("now", "baseline")):
             pairs.append({side: run_side(*sides[side]) for side in order})

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # fast/proof/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
-# in nine parts that each run on their own, none of them long.
+# in ten parts that each run on their own, none of them long.
 #
+#   bash fast/proof/gpu_check.sh wheel OUT      # the wheel under this machine's torch:
+#                                               # imported from outside the tree, the
+#                                               # table chosen and forced to each kernel,
+#                                               # the lesson's table beside it
 #   bash fast/proof/gpu_check.sh gate OUT       # proof/gate.cu and its ordering build,
 #                                               # compute-sanitizer on the gate and on the
 #                                               # operators through torch, the warp
@@ -53,16 +57,22 @@
 # checks/gpu_check.sh takes it, and the checks run in fast/, where its tools run as
 # modules (python3 -m proof.planted_bugs). Each step's output goes to the console and
 # to OUT/PART.log; the exit status is the number of steps that failed.
+#
+# The package under test: the wheel that DAY87_FAST_WHEEL names (one built elsewhere,
+# carried), else one built here from fast/ (setup.py); either installed into a folder of
+# its own, first on PYTHONPATH.
 set -u
 part=${1:-}
 out=${2:-}
 case "$part" in
-    gate | bench | forward | compute75 | hopper | cluster | split | backward | hopper-tables)
+    wheel | gate | bench | forward | compute75 | hopper | cluster | split | backward | \
+        hopper-tables)
         [ -n "$out" ] || { echo "usage: bash fast/proof/gpu_check.sh $part OUT" >&2; exit 2; }
         ;;
     *)
         echo "usage: bash fast/proof/gpu_check.sh" \
-            "gate|bench|forward|compute75|hopper|cluster|split|backward|hopper-tables OUT" >&2
+            "wheel|gate|bench|forward|compute75|hopper|cluster|split|backward|hopper-tables OUT" \
+            >&2
         exit 2
         ;;
 esac
@@ -70,6 +80,25 @@ cd "$(dirname "$0")/../.."   # the lesson's folder, where OUT is taken from
 # OUT and its log, step, and the provenance step: shared with checks/gpu_check.sh
 source checks/gpu_check_steps.sh
 cd fast   # where fast/'s tools run, as modules
+
+# install_package FOLDER [ARCHITECTURES]: day87_fast into FOLDER, put first on PYTHONPATH:
+# DAY87_FAST_WHEEL's wheel, or, where ARCHITECTURES are named or no wheel is, built here for
+# them (pip runs fast/setup.py; CXX as setup.py chooses it).
+install_package() {
+    local folder=$1 architectures=${2-}
+    rm -rf "$folder"
+    if [ -z "$architectures" ] && [ -n "${DAY87_FAST_WHEEL-}" ]; then
+        step install-wheel python3 -m pip install -q --no-index --no-deps --target "$folder" \
+            "$DAY87_FAST_WHEEL"
+    else
+        step build-and-install env ${architectures:+TORCH_CUDA_ARCH_LIST=$architectures} \
+            python3 -m pip install -q --no-build-isolation --no-index --no-deps \
+            --target "$folder" .
+    fi
+    export PYTHONPATH="$folder${PYTHONPATH:+:$PYTHONPATH}"
+}
+site=/tmp/day87-fast-site   # outside OUT: only logs come back
+install_package "$site"
 
 # Which kernel and tile plan day87_fast::wmma_mm ran at the lesson's first shape, by the
 # kernel's name in the profiler; it fails unless the name holds EXPECTED_PLAN.
@@ -97,6 +126,18 @@ day87_fast.wmma_mm(torch.randn(128, 48, dtype=torch.half, device="cuda"), '
 driver+='torch.randn(48, 256, dtype=torch.half, device="cuda"))
 torch.cuda.synchronize()
 print("driver: wmma_mm and wmma_mm_bias, forward and backward, done")'
+
+if [ "$part" = wheel ]; then
+    # From outside the tree: the installed package, its library, what it was built for.
+    step import-outside bash -c 'cd / && python3 -c "import day87_fast, torch
+print(day87_fast.__file__); print(day87_fast.BUILD); print(\"torch\", torch.__version__)"'
+    step table python3 -m tests.test_fast
+    for kernel in wmma split hopper persistent cluster; do
+        step "table-$kernel" env DAY87_FAST_KERNEL=$kernel python3 -m tests.test_fast
+    done
+    step table-one-launch env DAY87_FAST_BACKWARD=one-launch python3 -m tests.test_fast
+    step lesson-table bash -c "cd .. && python3 test_op.py"
+fi
 
 if [ "$part" = gate ]; then
     arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")

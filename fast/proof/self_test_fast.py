@@ -22,8 +22,8 @@ import torch
 from tests import lesson_folder  # noqa: F401  the lesson's op.py, test_op.py and checks/
 
 import hardening
-import op  # the lesson: its fake and setup_context
 import test_op
+from day87_fast import lesson_copy  # setup_context, and the accumulate dtype for the fake
 from self_test import must_fail_rows
 from tests.scaled_backward_checks import SCALED_BACKWARD_ROW, check_scaled_backward_accuracy
 from tests.test_fast import FAST
@@ -96,13 +96,16 @@ def wrong_scaled_backwards():
         with torch.no_grad():
             return torch.ops.day87.wmma_mm(a, b)
 
+    def fake(a, b):  # the forward's shape and dtype, as day87_fast's fake gives them
+        return a.new_empty((a.shape[0], b.shape[1]), dtype=lesson_copy.accumulate_dtype(a.dtype))
+
     for name, backward in wrong.items():
         library.define(f"{name}(Tensor a, Tensor b) -> Tensor")
         for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
             library.impl(name, opaque_kernel, device)
-        torch.library.register_fake(f"day87_fast_wrong::{name}", op._fake, lib=library)
+        torch.library.register_fake(f"day87_fast_wrong::{name}", fake, lib=library)
         torch.library.register_autograd(f"day87_fast_wrong::{name}", backward,
-                                        setup_context=op._setup_context, lib=library)
+                                        setup_context=lesson_copy.setup_context, lib=library)
     operators = torch.ops.day87_fast_wrong
     return library, {
         "backward computes its scale on the host": operators.syncing_backward,

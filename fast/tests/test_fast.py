@@ -10,18 +10,23 @@ its own row, "13 backward accuracy, scaled", and checks/hardening.py's rows 15 a
 `python test_op.py`; the exit status is 1 if anything failed.
 
 FAST, the fast operator as the table sees it, is importable: proof/self_test_fast.py
-hands its checks deliberately wrong backwards. Importing this file builds the
-operator (day87_fast).
+hands its checks deliberately wrong backwards. The table grades the installed package
+(`pip install --no-build-isolation ./fast`): fast/src is not on the path, so no library
+from the source tree is loaded. Importing this file builds the lesson's operator, which
+the table compares against, and row 14's gate where it runs.
 """
 
 import faulthandler
 import os
 import sys
 
+import torch
+
 from tests import lesson_folder  # noqa: F401  the lesson's test_op.py and checks/ importable
 
-import day87_fast  # noqa: E402
+import day87_fast  # noqa: E402  the installed package
 import hardening  # noqa: E402
+import op  # noqa: E402  the lesson's: its toolkit, for row 14's gate
 import test_op  # noqa: E402
 from tests.scaled_backward_checks import (BACKWARD_ACCURACY_ROW,  # noqa: E402
                                           SCALED_BACKWARD_ROW, gradient_allowance)
@@ -44,6 +49,10 @@ class FastOperator(test_op.Operator):
                         "proof", "gate.cu")  # row 14's: fast/'s own, with every version
     launcher, launcher_file = "launchFastGemm", "fast/csrc/launch_policy.cu"
 
+    def __init__(self, module):
+        super().__init__(module.NAMESPACE, module)
+        self.build = installed_build_facts(module)
+
     def gate_target(self, architecture):
         # The Hopper kernels (versions 2 to 4) are compiled only for sm_90a, as in the
         # operator's build: a plain sm_90 gate would skip them, and refuse them forced.
@@ -52,7 +61,20 @@ class FastOperator(test_op.Operator):
         return super().gate_target(architecture)
 
 
-FAST = FastOperator(day87_fast.NAMESPACE, day87_fast)
+def installed_build_facts(module):
+    """The build facts the table reads, for an installed package: what its library was
+    built for (module.BUILD), and the lesson's toolkit, which builds row 14's gate. Gates
+    are cached beside the lesson's builds, never in site-packages."""
+    toolkit = op.find_toolkit()
+    cache = (os.environ.get("TORCH_EXTENSIONS_DIR")
+             or os.path.expanduser("~/.cache/torch_extensions"))
+    return {"with_cuda": module.BUILD["with_cuda"], "archs": module.BUILD["archs"],
+            "toolkit": toolkit, "cuda_home": toolkit and toolkit["home"],
+            "directory": os.path.join(cache, "day87_fast-installed"),
+            "library": module.BUILD["library"]}
+
+
+FAST = FastOperator(day87_fast)
 
 
 def with_operator(rows, operator):
@@ -75,6 +97,8 @@ def main():
     # As test_op.py's main: a crash in native code prints the Python stack that led to it.
     faulthandler.enable()
     test_op.print_provenance(FAST)
+    print(f"day87_fast: {day87_fast.__file__}, built with torch "
+          f"{day87_fast.BUILD['built_with_torch']}, running under torch {torch.__version__}\n")
     reason = test_op.why_no_kernel(FAST)
     notes = [f"the CUDA kernel was not run: {reason}"] if reason else []
     sys.exit(0 if test_op.run_table(fast_rows(FAST), notes) else 1)
