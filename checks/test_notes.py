@@ -3,9 +3,10 @@
     python -m pytest checks/test_notes.py
 
 The notes are checks/NOTES.md (the lesson's) and fast/NOTES.md (the fast tier's); the
-READMEs are README.md, checks/README.md, fast/README.md and each fast/*/README.md. Each
-row of a notes table is the current figure of one thing, with the log it comes from; the
-log (its name, its header) holds the clock time and the commit. So here, on the real
+READMEs are README.md, checks/README.md, fast/README.md, each fast/*/README.md and the
+package's, fast/src/day87_fast/README.md. Each row of a notes table is the current figure
+of one thing, with the log it comes from; the log (its name, its header) holds the clock
+time and the commit. So here, on the real
 files:
 - no table cell over 200 characters, in any notes or README file;
 - no clock time (17:40) and no commit hash (c3cbc84) in a notes cell, a log's name aside;
@@ -28,7 +29,8 @@ pytestmark = pytest.mark.skipif(not (LESSON / "fast").is_dir(),
                                 reason="fast/ is deleted: the notes cite its logs")
 NOTES = [LESSON / "checks" / "NOTES.md", LESSON / "fast" / "NOTES.md"]
 READMES = [LESSON / "README.md", LESSON / "checks" / "README.md", LESSON / "fast" / "README.md",
-           *sorted((LESSON / "fast").glob("*/README.md"))]
+           *sorted((LESSON / "fast").glob("*/README.md")),
+           *sorted((LESSON / "fast" / "src").glob("*/README.md"))]
 RESULTS = [LESSON / "checks" / "results", LESSON / "fast" / "results"]
 FAST_README = LESSON / "fast" / "README.md"
 

@@ -60,7 +60,8 @@ def architectures():
 # A library that carries its own copy of libstdc++ beside the libstdc++.so.6 that torch
 # loaded crashes Python at the first message that streams a number (checks/NOTES.md:
 # checks/torch_check_probe.py reproduces it). Some images' CXX links it statically.
-PROBE = "#include <sstream>\nstd::string f(long n) { std::ostringstream s; s << n; return s.str(); }"
+PROBE = ("#include <sstream>\n"
+         "std::string f(long n) { std::ostringstream s; s << n; return s.str(); }")
 
 
 def needs_shared_libstdcxx(compiler):
@@ -115,7 +116,8 @@ def cublas_folders():
     if not (header and library):
         raise SystemExit("day87_fast: fast/csrc/binding.cpp's backward needs cuBLAS "
                          f"(cublas_v2.h and libcublas), found in neither {roots[0]} nor torch's "
-                         f"nvidia wheels. Fix: pip install \"nvidia-cublas=={torch.version.cuda}.*\"")
+                         "nvidia wheels. Fix: pip install "
+                         f"\"nvidia-cublas=={torch.version.cuda}.*\"")
     return header, library
 
 

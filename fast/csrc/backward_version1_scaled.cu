@@ -2,7 +2,7 @@
 // scaleToHalfKernel, and its launcher, launchScaleToHalf, which fast/csrc/binding.cpp
 // calls.
 //
-// Built by fast/day87_fast/__init__.py beside launch_policy.cu and binding.cpp; included by
+// Built by fast/setup.py beside launch_policy.cu and binding.cpp; included by
 // fast/proof/gate.cu, which checks it bit for bit with no PyTorch. It never exits and never
 // waits: the launcher returns the launch status.
 

@@ -7,7 +7,7 @@
 // every other size measured, so never chosen unforced (fast/NOTES.md, "The backward in one
 // launch", has its three forms and their figures).
 //
-// Built by fast/day87_fast/__init__.py beside launch_policy.cu, backward_version1_scaled.cu
+// Built by fast/setup.py beside launch_policy.cu, backward_version1_scaled.cu
 // and binding.cpp; included by fast/proof/gate.cu, which checks it against float64 with no
 // PyTorch (the gate's --backward). It never exits and never waits: the launcher returns the
 // launch status.

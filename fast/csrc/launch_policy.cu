@@ -18,9 +18,8 @@
 // it), and the launcher. Every figure behind a choice is in fast/NOTES.md.
 //
 // Built two ways:
-//   - by fast/day87_fast/__init__.py, through cpp_extension.load with op.py's build
-//     helpers, with fast/csrc/backward_version1_scaled.cu and fast/csrc/binding.cpp (and
-//     the sm_90a target where a Hopper card may run the build);
+//   - by fast/setup.py, into day87_fast's wheel, with fast/csrc/backward_version1_scaled.cu
+//     and fast/csrc/binding.cpp (and the sm_90a target wherever the list names 9.0);
 //   - included by fast/proof/gate.cu, the standalone check:
 //       nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o gate fast/proof/gate.cu && ./gate
 //
@@ -210,8 +209,8 @@ std::string kernelSwitchProblem() {
         return "";
     return std::string("DAY87_FAST_KERNEL=") + value +
            ", and this device does not run the Hopper kernels: they run only on a card of "
-           "capability 9.0, from code built for sm_90a with CUDA 12 or newer (fast_op.py adds "
-           "that target where such a card is visible, or none is)";
+           "capability 9.0, from code built for sm_90a with CUDA 12 or newer (fast/setup.py adds "
+           "that target to every architecture list that names 9.0)";
 }
 
 // Which plan and how many splits of K a call runs: chooseLaunch (below) alone decides,

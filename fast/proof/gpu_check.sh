@@ -46,12 +46,11 @@
 #                                               # the table forced to it and to the three
 #                                               # kernels, which kernels ran, a switch it
 #                                               # refuses, its planted bugs
-#   bash fast/proof/gpu_check.sh hopper-tables OUT  # the extension as an H100's user
-#                                               # builds it (no TORCH_CUDA_ARCH_LIST):
+#   bash fast/proof/gpu_check.sh hopper-tables OUT  # the wheel as a user installs it:
 #                                               # HGMMA in its SASS, the table forced to
-#                                               # each kernel and chosen, and for 7.5+PTX
-#                                               # (the T4's code); a switch it refuses;
-#                                               # bench.py's forward table
+#                                               # each kernel and chosen, and built for
+#                                               # 7.5+PTX (the T4's code); a switch it
+#                                               # refuses; bench.py's forward table
 #
 # Run it from anywhere. OUT is taken from the lesson's folder (fast/..), as
 # checks/gpu_check.sh takes it, and the checks run in fast/, where its tools run as
@@ -200,17 +199,21 @@ if [ "$part" = compute75 ]; then
         step "sanitize-gate-compute75-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
             "$out/gate75"
     done
+    # day87_fast built here for 7.5+PTX alone (the lesson too, in a cache of its own).
+    saved_path=$PYTHONPATH
+    install_package /tmp/day87-fast-75 7.5+PTX
     export TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75"
     step table-compute75 python3 -m tests.test_fast
     step sanitize-torch-compute75-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
         python3 -c "$driver"
-    step compute75-contents \
-        bash -c "cuobjdump --list-elf --list-ptx $out/cache75/day87_fast-*/day87_fast_ext.so"
+    step compute75-contents bash -c 'cuobjdump --list-elf --list-ptx \
+        "$(python3 -c "import day87_fast; print(day87_fast.BUILD[\"library\"])")"'
     step compute75-plan-run \
         env EXPECTED_PLAN="wmmaGemmKernel<tuned::version1::TilePlan<128, 128, 64, 64, 16, 2>" \
         python3 -c "$plan_run"
     step compute75-variants python3 -m bench.forward_variants Plan
     unset TORCH_CUDA_ARCH_LIST TORCH_EXTENSIONS_DIR
+    export PYTHONPATH=$saved_path
     rm -rf "$out"/cache75
 fi
 
@@ -309,21 +312,22 @@ else:
 fi
 
 if [ "$part" = hopper-tables ]; then
-    # The list a user's H100 or H200 gets from its card, 9.0+PTX: plain sm_90 code, to
-    # which day87_fast adds sm_90a; the driver must choose the latter for the kernel to run.
-    export TORCH_EXTENSIONS_DIR="$out/cache-hopper"
-    saved_arch_list=${TORCH_CUDA_ARCH_LIST-}
-    unset TORCH_CUDA_ARCH_LIST
+    # The wheel as a user installs it (every architecture, sm_90a among them): the driver
+    # must choose the sm_90a code for the Hopper kernels to run.
     step table-cluster env DAY87_FAST_KERNEL=cluster python3 -m tests.test_fast
     step table-persistent env DAY87_FAST_KERNEL=persistent python3 -m tests.test_fast
     step table-hopper env DAY87_FAST_KERNEL=hopper python3 -m tests.test_fast
-    library="$out/cache-hopper/day87_fast-*/day87_fast_ext.so"
-    step library-sass bash -c "cuobjdump --list-elf --list-ptx $library &&
-        echo \"HGMMA instructions: \$(cuobjdump --dump-sass $library | grep -c HGMMA)\""
+    step library-sass bash -c 'library=$(python3 -c "import day87_fast
+print(day87_fast.BUILD[\"library\"])") && cuobjdump --list-elf --list-ptx "$library" &&
+        echo "HGMMA instructions: $(cuobjdump --dump-sass "$library" | grep -c HGMMA)"'
     step table-auto python3 -m tests.test_fast
     step table-wmma env DAY87_FAST_KERNEL=wmma python3 -m tests.test_fast
+    # and built for 7.5+PTX alone: the T4's code
+    saved_path=$PYTHONPATH
+    install_package /tmp/day87-fast-75 7.5+PTX
     step table-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" \
         python3 -m tests.test_fast
+    export PYTHONPATH=$saved_path
     step switch-refused python3 -c "import os, sys
 import torch, day87_fast
 os.environ['DAY87_FAST_KERNEL'] = 'cublas'
@@ -337,9 +341,7 @@ except RuntimeError as error:
 else:
     sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
     step bench-forward python3 -m bench.bench --forward --picture "$out/bench-forward.svg"
-    [ -n "$saved_arch_list" ] && export TORCH_CUDA_ARCH_LIST="$saved_arch_list"
-    unset TORCH_EXTENSIONS_DIR
-    rm -rf "$out"/cache-hopper "$out"/cache75
+    rm -rf "$out"/cache75
 fi
 
 rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order"
