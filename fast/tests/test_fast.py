@@ -48,10 +48,15 @@ class FastOperator(test_op.Operator):
     gate = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "proof", "gate.cu")  # row 14's: fast/'s own, with every version
     launcher, launcher_file = "launchFastGemm", "fast/csrc/launch_policy.cu"
+    # Check 6's hints, where this folder's fix goes: its stable binding, and the lesson's
+    # README for the exercise's hints.
+    no_impl_hint = ("No {device} implementation: fast/csrc/binding.cpp's "
+                    "STABLE_TORCH_LIBRARY_IMPL(day87_fast, {device}, m) needs an m.impl spelt "
+                    "as in the schema, its function wrapped in TORCH_BOX.")
+    exercise_hint = "Hint {number} in the lesson's README.md exercise applies."
 
     def __init__(self, module):
-        super().__init__(module.NAMESPACE, module)
-        self.build = installed_build_facts(module)
+        super().__init__(module.NAMESPACE, module, build=installed_build_facts(module))
 
     def gate_target(self, architecture):
         # The Hopper kernels (versions 2 to 4) are compiled only for sm_90a, as in the
