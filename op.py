@@ -109,7 +109,7 @@ def _register():
 
 # ==== The build: kernel.cu and binding.cpp, one library, at first import ====
 import contextlib, filecmp, hashlib, os, pathlib, re, shlex, shutil, stat  # noqa: E401, E402
-import struct, subprocess, sys  # noqa: E401, E402
+import subprocess, sys  # noqa: E401, E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -123,11 +123,11 @@ def build_and_load():
     archs = architectures() if toolkit else None
     # The key: sources, architectures, torch's version and CUDA build, Python, hashed into the
     # folder's name. A change builds anew; no stale library, none of another libtorch, loads.
-    directory = keyed_directory("day87", sources, archs)
+    directory = keyed_directory(sources, archs)
     library = os.path.join(directory, "day87_ext.so")
-    refuse_another_copy("day87", __file__, library)
+    refuse_another_copy(library)
     if not built(library):
-        with preparing_build(library, sources, toolkit, archs) as (cpp_extension, flags):
+        with preparing_build(library, toolkit, archs) as (cpp_extension, flags):
             cpp_extension.load(
                 name="day87_ext", sources=sources, build_directory=directory,
                 # binding.cpp registers its CUDA implementation only where kernel.cu is built
@@ -138,7 +138,7 @@ def build_and_load():
                 # No Python module: binding.cpp's TORCH_LIBRARY blocks register the operators
                 # as the library loads
                 is_python_module=False)
-    load_library(library, sources)
+    load_library(library)
     return {"directory": directory, "library": library, "archs": archs, "toolkit": toolkit,
             "with_cuda": toolkit is not None, "cuda_home": toolkit and toolkit["home"]}
 
@@ -181,14 +181,14 @@ def architectures():  # TORCH_CUDA_ARCH_LIST wins; with no card (CI) load() has 
     return ";".join(f"{major}.{minor}" for major, minor in cards) + "+PTX"
 
 
-def keyed_directory(namespace, sources, archs):
+def keyed_directory(sources, archs):
     digest = hashlib.sha256()
     for path in sources:
         digest.update(os.path.basename(path).encode() + b"\0" + pathlib.Path(path).read_bytes())
     digest.update(repr((torch.__version__, torch.version.cuda, archs, sys.version)).encode())
     cache = (os.environ.get("TORCH_EXTENSIONS_DIR")
              or os.path.expanduser("~/.cache/torch_extensions"))
-    return os.path.join(cache, f"{namespace}-{digest.hexdigest()[:16]}")
+    return os.path.join(cache, f"day87-{digest.hexdigest()[:16]}")
 
 
 def built(library):  # a warm import needs no ninja, unlike load(). ninja logs a command once
@@ -198,7 +198,7 @@ def built(library):  # a warm import needs no ninja, unlike load(). ninja logs a
 
 
 @contextlib.contextmanager
-def preparing_build(library, sources, toolkit, archs):  # around the load() that builds
+def preparing_build(library, toolkit, archs):  # around the load() that builds
     from filelock import FileLock  # torch depends on filelock
     from torch.utils import cpp_extension
     directory = os.path.dirname(library)
@@ -242,10 +242,7 @@ def preparing_build(library, sources, toolkit, archs):  # around the load() that
             try:
                 yield cpp_extension, flags
             except (RuntimeError, OSError, ValueError) as error:  # ValueError: an unknown arch
-                raise RuntimeError(explain_build_failure(error, sources)) from None
-        if "libstdc++.so.6" not in needed_libraries(library):  # as the probe promised
-            raise RuntimeError(f"day87: {library} holds its own libstdc++: a TORCH_CHECK would "
-                               "crash Python. Fix: CXX=/usr/bin/g++, in a new Python process")
+                raise RuntimeError(explain_build_failure(error)) from None
 
 
 def check_nvcc_major(cuda_home):  # load() does not compare it with torch's
@@ -262,7 +259,7 @@ def check_nvcc_major(cuda_home):  # load() does not compare it with torch's
 def compiler_for():  # CXX (else c++) if its probe needs libstdc++.so.6, else g++, as CC too:
     # load() gives nvcc's -ccbin CC, not CXX
     compiler = os.environ.get("CXX", "c++")
-    if needs_libstdcxx(compiler) is not False:  # None: no probe; the build will say why
+    if needs_libstdcxx(compiler) is not False:  # None: no probe ran; build as load() would
         return {}
     if not needs_libstdcxx("/usr/bin/g++"):
         raise RuntimeError(f"day87: {compiler} links libstdc++ statically, and so does (or is "
@@ -272,34 +269,24 @@ def compiler_for():  # CXX (else c++) if its probe needs libstdc++.so.6, else g+
     return {"CXX": "/usr/bin/g++", "CC": "/usr/bin/g++"}
 
 
-def needs_libstdcxx(compiler):  # None: the compiler links no probe
+def needs_libstdcxx(compiler):  # None: the compiler links no probe, or no readelf reads it
     import tempfile
     with tempfile.TemporaryDirectory() as folder:
         source = pathlib.Path(folder, "probe.cpp")
         source.write_text("#include <sstream>\n"
                           "std::string f(long n) { std::ostringstream s; s << n; return s.str(); }")
-        with contextlib.suppress(OSError):  # no such compiler
+        with contextlib.suppress(OSError):  # no such compiler, or no readelf
             if subprocess.run([*shlex.split(compiler), "-shared", "-fPIC", source, "-o",
                                f"{folder}/probe.so"], capture_output=True).returncode == 0:
                 return "libstdc++.so.6" in needed_libraries(f"{folder}/probe.so")
 
 
-def needed_libraries(path):  # an ELF64 library's DT_NEEDED list
-    data = pathlib.Path(path).read_bytes()
-    table, = struct.unpack_from("<Q", data, 40)  # ELF header: section headers' offset,
-    size, count = struct.unpack_from("<HH", data, 58)  # size and count
-    # Each section's type, offset, size, link. The dynamic one (type 6) holds (tag, value)
-    # pairs: tag 1's value is a needed library's name in section `link`.
-    sections = [struct.unpack_from("<4xI16xQQI", data, table + i * size) for i in range(count)]
-    for kind, offset, length, link in sections:
-        if kind == 6:
-            names = sections[link][1]
-            return [data[names + value:data.index(b"\0", names + value)].decode() for tag, value
-                    in struct.iter_unpack("<qQ", data[offset:offset + length]) if tag == 1]
-    return []
+def needed_libraries(path):  # as `readelf -d` lists them (binutils, beside the linker)
+    shown = subprocess.run(["readelf", "-d", path], capture_output=True, text=True).stdout
+    return re.findall(r"\(NEEDED\).*\[(.*)\]", shown)
 
 
-def explain_build_failure(error, sources, library=None):  # `library`: built, not loading
+def explain_build_failure(error, library=None):  # `library`: built, not loading
     text, cause = str(error), error.__cause__ or error.__context__
     while cause is not None:  # torch 2.14 wraps the loader's OSError in another exception
         text, cause = f"{text}\n{cause}", cause.__cause__ or cause.__context__
@@ -307,13 +294,10 @@ def explain_build_failure(error, sources, library=None):  # `library`: built, no
         symbol = missing[1]  # c++filt (binutils) demangles it
         symbol = shutil.which("c++filt") and subprocess.run(
             ["c++filt", symbol], capture_output=True, text=True).stdout.strip() or symbol
-        if re.match(r"(c10|at|torch|caffe2)::", symbol):  # libtorch's own
-            return (f"day87: undefined symbol {symbol}: built for another libtorch. Fix: build "
-                    "and import in one environment.")
         function = re.match(r"[\w:]*", symbol)[0].split("::")[-1]
         return (f"day87: the library does not load: nothing defines {symbol}. Fix: make "
                 f"binding.cpp's declaration of {function} match its definition in kernel.cu "
-                f"({sources[0]}).")
+                f"({os.path.join(HERE, 'kernel.cu')}).")
     if library:
         return (f"day87: cannot load {library} ({text}). Fix: delete "
                 f"{os.path.dirname(library)} and import again.")
@@ -342,41 +326,39 @@ def refuse_unless_private(*paths):  # code we will run: refuse a library others 
                            f"{'; '.join(problems)}. Fix: TORCH_EXTENSIONS_DIR of your own.")
 
 
-# A namespace takes one library, fake and backward (a second TORCH_LIBRARY aborts Python):
-# a copy with other sources (before it builds) or op.py is refused; an identical one shares.
-def refuse_another_copy(namespace, module_file, library=None):
-    served_by = getattr(getattr(torch.ops, namespace), "served_by", module_file)
-    loaded = [path for path in torch.ops.loaded_libraries if path.endswith(f"/{namespace}_ext.so")]
+# day87 takes one library, fake and backward (a second TORCH_LIBRARY aborts Python): a copy
+# with other sources (before it builds) or op.py is refused; an identical one shares.
+def refuse_another_copy(library=None):
+    served_by = getattr(torch.ops.day87, "served_by", __file__)
+    loaded = [path for path in torch.ops.loaded_libraries if path.endswith("/day87_ext.so")]
     if library and loaded and loaded[0] != os.path.realpath(library):
         differs = f"its sources differ from {loaded[0]}'s"
-    elif not library and not filecmp.cmp(served_by, module_file, shallow=False):
+    elif not library and not filecmp.cmp(served_by, __file__, shallow=False):
         differs = "a fake and backward of its own"
     else:
         return
-    raise RuntimeError(f"day87: torch.ops.{namespace} is served by {served_by}, not {module_file}"
+    raise RuntimeError(f"day87: torch.ops.day87 is served by {served_by}, not {__file__}"
                        f" ({differs}). Fix: restart the Python process (the notebook kernel), or "
                        "give each lesson its own namespace.")
 
 
-def load_library(library, sources):  # once a process (load() loads as it builds); a private one
+def load_library(library):  # once a process (load() loads as it builds); a private one
     if os.path.realpath(library) not in torch.ops.loaded_libraries:
         refuse_unless_private(os.path.dirname(library), library)
         try:
             torch.ops.load_library(library)
         except OSError as error:
-            raise RuntimeError(explain_build_failure(error, sources, library)) from None
+            raise RuntimeError(explain_build_failure(error, library)) from None
 
 
-def register_once(namespace, module_file, register, previous):
-    # register() where module_file serves `namespace` first; `previous`: ours before a reload
-    if previous is not None:
+def register_once(previous):  # _register() where this op.py serves day87 first
+    if previous is not None:  # this module's own, before importlib.reload(op)
         previous._destroy()
-    refuse_another_copy(namespace, module_file)
-    operators = getattr(torch.ops, namespace)
-    if getattr(operators, "served_by", module_file) == module_file:
-        operators.served_by = module_file  # for refuse_another_copy
-        return register()
+    refuse_another_copy()
+    if getattr(torch.ops.day87, "served_by", __file__) == __file__:
+        torch.ops.day87.served_by = __file__  # for refuse_another_copy
+        return _register()
 
 
 BUILD = build_and_load()
-_registrations = register_once("day87", __file__, _register, globals().get("_registrations"))
+_registrations = register_once(globals().get("_registrations"))

@@ -43,18 +43,47 @@ import op  # noqa: E402
 
 # --- The operator under test ---
 class Operator:
-    """What the table checks, and where a failure's fix goes."""
+    """What the table checks, and where a failure's fix goes. Each attribute defaults to
+    the lesson's; another operator (an installed package, say) sets its own.
+
+    build, the build facts the rows read (default: module.BUILD, op.py's), a dict of
+        with_cuda: whether the library holds the CUDA implementation;
+        archs: the architectures it was built for, "7.5;8.0+PTX" (None without CUDA);
+        library: the library loaded, which the provenance names;
+        directory: its build folder, beside which row 14 caches the gate;
+        toolkit: the CUDA toolkit, {"home", "include", "cudart"} as op.find_toolkit
+            returns it, or None; row 14 builds and links the gate with it;
+        cuda_home: that toolkit's folder (its bin/nvcc builds the gate), or None.
+    The hints are str.format templates, told to a student whose row failed: each names
+    the files where the fix goes, so another operator's names its own."""
     kernel = "wmmaGemmKernel"  # row 10 looks for it under the forward
     gate = None  # row 14's gate.cu; None: the one beside python_file
     # Row 14's advice where the gate fails: the launcher gate.cu calls, and where it is defined.
     launcher, launcher_file = "launchWmmaGemm", "kernel.cu"
+    gate_hint = ("Doing the exercise? gate.cu calls {launcher} itself: its arguments follow "
+                 "{launcher_file}'s definition, one for one and in the same order.")
+    gate_compile_hint = ("gate.cu includes {launcher_file} and calls {launcher}: its calls "
+                         "follow the definition.")
+    # Check 6's: {number} is a hint of the exercise; {file} is python_name, {name} the
+    # operator's qualified name; {device} the dispatch key, "CPU" or "CUDA".
+    exercise_hint = "Hint {number} in README.md's exercise applies."
+    no_impl_hint = ("No {device} implementation: binding.cpp's TORCH_LIBRARY_IMPL(day87, "
+                    "{device}, m) needs an m.impl spelt as in the schema.")
+    no_fake_hint = ("no fake implementation is registered for {name}: torch.compile splits "
+                    "the graph there (the lesson's pitfall 'torch.compile gets slower'); "
+                    "{file}'s _register needs register_fake")
+    no_backward_hint = ("no backward is registered for {name}: on the CPU autograd records "
+                        "the float64 kernel's own ATen ops and only warns; on CUDA the "
+                        "gradients stay None (the lesson's pitfall 'training runs, but the loss "
+                        "does not move'); {file}'s _register needs register_autograd")
+    none_gradient_hint = "is a backward registered in {file}'s _register?"
 
-    def __init__(self, namespace, module):
+    def __init__(self, namespace, module, build=None):
         self.namespace, self.module = namespace, module
         self.name = f"{namespace}::wmma_mm"
         self.wrapper = module.wmma_mm  # what users call: a, b -> c
         self.bias_wrapper = getattr(module, "wmma_mm_bias", None)  # check 6's, once written
-        self.build = module.BUILD
+        self.build = module.BUILD if build is None else build
         self.python_file = module.__file__  # where its fake and backward are registered
 
     @property
@@ -403,16 +432,9 @@ def no_exercise_yet():
     raise Skip("no such operator registered yet")
 
 
-HINT = "Hint {} in README.md's exercise applies."
-NO_IMPL = ("No {0} implementation: binding.cpp's TORCH_LIBRARY_IMPL(day87, {0}, m) needs an "
-           "m.impl spelt as in the schema.")
-NO_FAKE = ("no fake implementation is registered for {name}: torch.compile splits the graph "
-           "there (the lesson's pitfall 'torch.compile gets slower'); {file}'s _register "
-           "needs register_fake")
-
-
 def no_fake(operator, bias_op):
-    return Fail(NO_FAKE.format(name=bias_op._qualified_op_name, file=operator.python_name))
+    return Fail(operator.no_fake_hint.format(name=bias_op._qualified_op_name,
+                                             file=operator.python_name))
 
 
 def first_line(error):
@@ -454,12 +476,12 @@ def what_the_output_equals(c, a, b, bias):
     return "not a @ b + bias"
 
 
-def forward_hint(error, device):
+def forward_hint(operator, error, device):
     """No implementation for the device, or Hint 1 where the bias did not broadcast."""
     if isinstance(error, NotImplementedError):
-        return NO_IMPL.format(device)
+        return operator.no_impl_hint.format(device=device)
     broadcast = re.search(r"size of (the )?tensor|expanded size|shape|broadcast", str(error))
-    return broadcast and HINT.format(1)
+    return broadcast and operator.exercise_hint.format(number=1)
 
 
 def exercise_forward(operator, bias_op):
@@ -469,18 +491,19 @@ def exercise_forward(operator, bias_op):
         try:
             c = bias_op(a, b, bias)
         except Exception as error:
-            hint = forward_hint(error, "CPU")
+            hint = forward_hint(operator, error, "CPU")
             raise raised(operator, f"{shape}: the forward", error, hint) from None
         problem = forward_problem(c, a, b, bias, shape)
         if problem and "the output's row" in problem:
-            problem = f"{problem}\n{HINT.format(1)}"
+            problem = f"{problem}\n{operator.exercise_hint.format(number=1)}"
         require(problem is None, problem)
     return "a @ b + bias at 3x4x5 and 5x4x5"
 
 
-def bias_gradient_problem(bias_op):
+def bias_gradient_problem(operator, bias_op):
     """None where grad_bias as the backward returns it (autograd would sum it to shape)
     matches float64 for a random grad (one-hot ones round exactly in FP16)."""
+    hint = operator.exercise_hint.format
     a, b, grad, bias = (double(*shape) for shape in ((6, 3), (3, 4), (6, 4), (4,)))
     m, n = grad.shape
     bias.requires_grad_()
@@ -490,10 +513,10 @@ def bias_gradient_problem(bias_op):
         return None
     got = out.grad_fn.apply(grad)[2]
     if got is None:
-        return f"grad_bias is None: the backward returns no gradient for the bias. {HINT.format(2)}"
+        return f"grad_bias is None: the backward returns no gradient for the bias. {hint(number=2)}"
     if tuple(got.shape) != (n,):
         return (f"grad_bias has shape {list(got.shape)} for a bias of shape [{n}], from a "
-                f"{m}x{n} grad. " + HINT.format(1))
+                f"{m}x{n} grad. " + hint(number=1))
     wide = bias.detach().clone().requires_grad_()
     expected, scale = (torch.autograd.grad(torch.addmm(wide, a, b), wide, g)[0]
                        for g in (grad, grad.abs()))
@@ -506,7 +529,7 @@ def bias_gradient_problem(bias_op):
                 "to the bias's dtype), where a value past 65504 is inf. Keep it in grad's dtype.")
     entries = "; ".join(f"grad_bias[{j}]: got {got[j].item():.6g}, expected "
                         f"{expected[j].item():.6g}" for j in range(n))
-    return f"from a {m}x{n} grad, {entries}. {HINT.format(2)}"
+    return f"from a {m}x{n} grad, {entries}. {hint(number=2)}"
 
 
 def exercise_gradient(operator, bias_op):
@@ -514,15 +537,12 @@ def exercise_gradient(operator, bias_op):
     registration = torch.library.opcheck(
         bias_op.default, tuple(inputs), raise_exception=False,
         test_utils=("test_autograd_registration",))["test_autograd_registration"]
-    require(registration == "SUCCESS",
-            f"no backward is registered for {bias_op._qualified_op_name}: on the CPU autograd "
-            "records the float64 kernel's own ATen ops and only warns; on CUDA the gradients "
-            "stay None (the lesson's pitfall 'training runs, but the loss does not move'); "
-            f"{operator.python_name}'s _register needs register_autograd")
+    require(registration == "SUCCESS", operator.no_backward_hint.format(
+        name=bias_op._qualified_op_name, file=operator.python_name))
     # Square: a gradient of the wrong shape shows as wrong entries.
     square = (double(4, 3), double(3, 4), double(4))
     try:
-        problems = [problem for problem in [bias_gradient_problem(bias_op)] if problem]
+        problems = [problem for problem in [bias_gradient_problem(operator, bias_op)] if problem]
         problems += jacobian_mismatches(bias_op, square, ["a", "b", "bias"])
     except Exception as error:
         unpacked = re.search(r"unpack|cannot be multiplied|NoneType", str(error))
@@ -734,7 +754,8 @@ def exercise_cuda_forward(operator, bias_op):
     except Fail:
         raise
     except Exception as error:
-        raise raised(operator, "the forward", error, forward_hint(error, "CUDA")) from None
+        raise raised(operator, "the forward", error,
+                     forward_hint(operator, error, "CUDA")) from None
 
 
 def exercise_cuda_gradient(operator, bias_op):
@@ -756,10 +777,11 @@ def exercise_cuda_gradient(operator, bias_op):
     torch.addmm(wide[2], wide[0], wide[1]).backward(to64(grad))
     for name, mine, expected in zip(("a", "b", "bias"), inputs, wide):  # tolerance as check 7's
         require(mine.grad is not None, f"the gradient of {name} is None after backward on CUDA: "
-                f"is a backward registered in {operator.python_name}'s _register?")
+                + operator.none_gradient_hint.format(file=operator.python_name))
         error = (to64(mine.grad) - expected.grad).norm() / expected.grad.norm()
+        hint = "\n" + operator.exercise_hint.format(number=2) if name == "bias" else ""
         require(error <= 1e-2, f"the gradient of {name} on CUDA at {m}x{k}x{n} is off by "
-                f"{error:.2e} in norm (bound 1e-2)" + ("\n" + HINT.format(2)) * (name == "bias"))
+                f"{error:.2e} in norm (bound 1e-2){hint}")
     # In FP32 each entry is within 8192 * 2^-24 = 5e-4 of float64, relatively.
     (expected,) = torch.autograd.grad(torch.addmm(wide[2], *map(to64, tall)), wide[2], to64(large))
     worst = ((to64(got) - expected).abs() / expected).max().item()  # inf or NaN fails
@@ -1006,10 +1028,6 @@ def check_backward_accuracy(operator):
 # running after this long waits on something that never comes (a kernel that never ends).
 GATE_TIME_LIMIT = 120  # seconds
 
-# What a failed run of the gate most often means while the exercise is being done.
-GATE_HINT = ("Doing the exercise? gate.cu calls {launcher} itself: its arguments follow "
-             "{launcher_file}'s definition, one for one and in the same order.")
-
 
 def check_gate(operator):
     """gate.cu calls the launcher too: a change to its parameters must reach it, and a call
@@ -1035,7 +1053,9 @@ def check_gate(operator):
                    + (f"; its last line: {printed[-1]!r}" if printed else "")) from None
     if ran.returncode == 0 and "gate: PASS" in ran.stdout.splitlines():
         return f"{built}, run: gate: PASS"
-    hint = GATE_HINT.format(launcher=operator.launcher, launcher_file=operator.launcher_file)
+    # What a failed run of the gate most often means while the exercise is being done.
+    hint = operator.gate_hint.format(launcher=operator.launcher,
+                                     launcher_file=operator.launcher_file)
     raise Fail(f"the gate ran and failed: {what_the_gate_said(ran)}\n{hint}")
 
 
@@ -1082,10 +1102,10 @@ def build_gate(operator, nvcc, architecture):
         linker = [line for line in built.stderr.splitlines() if re.search(r"\bld: ", line)]
         require(built.returncode == 0 or not linker,
                 f"gate.cu compiles and does not link: {linker[0] if linker else ''}")
+        hint = operator.gate_compile_hint.format(launcher=operator.launcher,
+                                                 launcher_file=operator.launcher_file)
         require(built.returncode == 0,
-                f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\ngate.cu "
-                f"includes {operator.launcher_file} and calls {operator.launcher}: its calls "
-                "follow the definition.")
+                f"gate.cu does not compile: {op.first_compiler_error(built.stderr)}\n{hint}")
         os.replace(partial, gate)
     return gate, runtime
 
@@ -1180,7 +1200,8 @@ def print_provenance(operator=LESSON):
           "nvcc --version:\n    " + nvcc.replace("\n", "\n    "), *devices,
           f"operator: {operator.name}, from {operator.folder}",
           f"extension: {'CUDA + CPU' if built['with_cuda'] else 'CPU only'}, "
-          f"architectures {built['archs']}, in {built['directory']}\n", sep="\n")
+          f"architectures {built['archs']}: {built.get('library') or built['directory']}\n",
+          sep="\n")
 
 
 def main(operator=LESSON):

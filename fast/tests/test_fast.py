@@ -68,8 +68,9 @@ class FastOperator(test_op.Operator):
 
 def installed_build_facts(module):
     """The build facts the table reads, for an installed package: what its library was
-    built for (module.BUILD), and the lesson's toolkit, which builds row 14's gate. Gates
-    are cached beside the lesson's builds, never in site-packages."""
+    built for (module.BUILD), and the lesson's toolkit, which builds row 14's gate. The
+    "directory" is a name in the lesson's build cache, beside which row 14 caches the
+    gate: never site-packages."""
     toolkit = op.find_toolkit()
     cache = (os.environ.get("TORCH_EXTENSIONS_DIR")
              or os.path.expanduser("~/.cache/torch_extensions"))
