@@ -4,8 +4,9 @@
     pip install --no-build-isolation ./fast             # built and installed
     TORCH_CUDA_ARCH_LIST=9.0 pip install --no-build-isolation -e ./fast   # to develop
 
---no-build-isolation builds against the torch already installed, instead of downloading
-another into a build environment. Either way the wheel runs under any torch from 2.11 on.
+--no-build-isolation builds against the torch already installed (setuptools 64 or later,
+wheel and ninja must be there too), instead of downloading another into a build environment.
+Either way the wheel runs under any torch from 2.11 on.
 
 The wheel holds two libraries, each fast/csrc/binding.cpp compiled with TORCH_TARGET_VERSION
 2.11 (only the stable ABI's headers compile then):
