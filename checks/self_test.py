@@ -52,7 +52,8 @@ def wrong_variants():
                  "undifferentiable_backward", "reads_rows_as_dense"):
         for device in ("CPU", "CUDA"):  # per-device kernels, as binding.cpp registers
             library.impl(name, opaque_kernel, device)
-    # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler cannot trace.
+    # Band 1 of the lesson's diagram plus autograd: eager and backward work, the compiler
+    # cannot trace.
     torch.library.register_autograd("day87_wrong::no_fake", op._backward,
                                     setup_context=op._setup_context, lib=library)
     # Band 2: the compiler can trace it, backward finds no formula.
@@ -115,7 +116,8 @@ def wrong_variants():
         torch.cuda.synchronize()
         return c
 
-    def synchronizing_before_launch(a, b):  # waits for the GPU, then launches: the stream stays busy
+    # waits for the GPU, then launches: the stream stays busy
+    def synchronizing_before_launch(a, b):
         torch.cuda.synchronize()
         return torch.ops.day87.wmma_mm(a, b)
 
@@ -166,16 +168,26 @@ def prove_rows():
     library, variants = wrong_variants()
     # (row, its check given an Operator, the wrong variant it must fail on)
     cases = [
-        ("1 contract, cpu", lambda wrong: test_op.check_contract(wrong, "cpu"), "copies non-contiguous inputs"),
-        ("1 contract, cuda", lambda wrong: test_op.check_contract(wrong, "cuda"), "copies non-contiguous inputs"),
-        ("2 forward 256x512x384", lambda wrong: test_op.check_forward(wrong, 256, 512, 384), "drops the last K step"),
-        ("7 autograd, cpu f64", lambda wrong: test_op.check_autograd(wrong, "cpu"), "no backward registered"),
-        ("7 autograd, cuda f16", lambda wrong: test_op.check_autograd(wrong, "cuda"), "no backward registered"),
-        ("7 autograd, cpu f64", lambda wrong: test_op.check_autograd(wrong, "cpu"), "saves b, a; unpacks a, b"),
-        ("7 autograd, cuda f16", lambda wrong: test_op.check_autograd(wrong, "cuda"), "saves b, a; unpacks a, b"),
-        ("8 torch.compile, cpu f64", lambda wrong: test_op.check_compile(wrong, "cpu"), "no fake registered"),
-        ("8 torch.compile, cuda f16", lambda wrong: test_op.check_compile(wrong, "cuda"), "no fake registered"),
-        ("8 torch.compile, cpu f64", lambda wrong: test_op.check_compile(wrong, "cpu"), "fake with bare torch._check"),
+        ("1 contract, cpu", lambda wrong: test_op.check_contract(wrong, "cpu"),
+         "copies non-contiguous inputs"),
+        ("1 contract, cuda", lambda wrong: test_op.check_contract(wrong, "cuda"),
+         "copies non-contiguous inputs"),
+        ("2 forward 256x512x384", lambda wrong: test_op.check_forward(wrong, 256, 512, 384),
+         "drops the last K step"),
+        ("7 autograd, cpu f64", lambda wrong: test_op.check_autograd(wrong, "cpu"),
+         "no backward registered"),
+        ("7 autograd, cuda f16", lambda wrong: test_op.check_autograd(wrong, "cuda"),
+         "no backward registered"),
+        ("7 autograd, cpu f64", lambda wrong: test_op.check_autograd(wrong, "cpu"),
+         "saves b, a; unpacks a, b"),
+        ("7 autograd, cuda f16", lambda wrong: test_op.check_autograd(wrong, "cuda"),
+         "saves b, a; unpacks a, b"),
+        ("8 torch.compile, cpu f64", lambda wrong: test_op.check_compile(wrong, "cpu"),
+         "no fake registered"),
+        ("8 torch.compile, cuda f16", lambda wrong: test_op.check_compile(wrong, "cuda"),
+         "no fake registered"),
+        ("8 torch.compile, cpu f64", lambda wrong: test_op.check_compile(wrong, "cpu"),
+         "fake with bare torch._check"),
         ("8 torch.compile, cuda f16", lambda wrong: test_op.check_compile(wrong, "cuda"),
          "fake with bare torch._check"),
         ("9 stream order", test_op.check_stream_order, "launches on the default stream"),
@@ -184,10 +196,12 @@ def prove_rows():
         ("11 no host sync", test_op.check_no_host_sync, "forward synchronizes after its launch"),
         ("11 no host sync", test_op.check_no_host_sync, "forward synchronizes before its launch"),
         ("11 no host sync", test_op.check_no_host_sync, "backward synchronizes before its matmuls"),
-        ("13 backward accuracy", test_op.check_backward_accuracy, "backward reads padded rows as dense"),
+        ("13 backward accuracy", test_op.check_backward_accuracy,
+         "backward reads padded rows as dense"),
         ("15 double backward, cpu f64", lambda wrong: hardening.check_double_backward(wrong, "cpu"),
          "backward under torch.no_grad()"),
-        ("15 double backward, cuda f16", lambda wrong: hardening.check_double_backward(wrong, "cuda"),
+        ("15 double backward, cuda f16",
+         lambda wrong: hardening.check_double_backward(wrong, "cuda"),
          "backward under torch.no_grad()"),
         # Last: a capture that fails midway leaves the CUDA generator in capture
         # state, and every later torch.randn on the GPU in this process raises.
@@ -198,7 +212,8 @@ def prove_rows():
         from fuzz import fuzz_one
         devices = ["cpu"] if test_op.why_no_kernel() else ["cpu", "cuda"]
         failures = [problem for index in range(calls)
-                    for status, problem in [fuzz_one(87, index, devices, variants[variant])] if problem]
+                    for status, problem in [fuzz_one(87, index, devices, variants[variant])]
+                    if problem]
         require(failures, f"{calls} fuzz calls found nothing wrong with '{variant}'")
         return f"caught: {len(failures)} of {calls} calls, e.g. {failures[0][:80]}"
 
@@ -273,7 +288,8 @@ def _with_contract(function, contiguity=True, dtype_blames="bias"):
     def checked(a, b, bias):
         _check_bias(a, b, bias, dtype_blames)
         if contiguity:  # eager only: a fake tensor's strides are not eager's
-            torch._check(bias.is_contiguous(), lambda: f"{CASE_NAMESPACE}::wmma_mm_bias: bias must be contiguous")
+            torch._check(bias.is_contiguous(),
+                         lambda: f"{CASE_NAMESPACE}::wmma_mm_bias: bias must be contiguous")
         return function(a, b, bias)
     return checked
 
@@ -325,42 +341,48 @@ EXERCISE_CASES = {
     "bias broadcast along rows": (_with_contract(lambda a, b, bias: _mm(a, b) + bias.unsqueeze(1)),
                                   lambda grad, device: grad.sum(1), _correct_fake,
                                   {"forward", "cuda forward", "cuda gradient"}),
-    "bias added twice": (_with_contract(lambda a, b, bias: _mm(a, b) + 2 * bias), _sum, _correct_fake,
-                         {"forward", "gradient", "cuda forward"}),
-    "grad_bias over the wrong axis": (_correct_forward, lambda grad, device: grad.sum(1), _correct_fake,
-                                      {"gradient", "cuda gradient"}),
+    "bias added twice": (_with_contract(lambda a, b, bias: _mm(a, b) + 2 * bias), _sum,
+                         _correct_fake, {"forward", "gradient", "cuda forward"}),
+    "grad_bias over the wrong axis": (_correct_forward, lambda grad, device: grad.sum(1),
+                                      _correct_fake, {"gradient", "cuda gradient"}),
     # Autograd sums a gradient of the output's shape down to the bias's: only the
     # backward's own return value shows it.
-    "grad_bias is grad itself": (_correct_forward, lambda grad, device: grad, _correct_fake, {"gradient"}),
+    "grad_bias is grad itself": (_correct_forward, lambda grad, device: grad, _correct_fake,
+                                 {"gradient"}),
     "grad_bias scaled (mean)": (_correct_forward, lambda grad, device: grad.mean(0), _correct_fake,
                                 {"gradient", "cuda gradient"}),
     # Right on the CPU, wrong on CUDA: only the CUDA gradient row sees it.
     "grad_bias wrong axis, CUDA only": (
-        _correct_forward, lambda grad, device: grad.sum(1) if device == "cuda" else grad.sum(0), _correct_fake,
-        {"cuda gradient"}),
+        _correct_forward, lambda grad, device: grad.sum(1) if device == "cuda" else grad.sum(0),
+        _correct_fake, {"cuda gradient"}),
     "fake with the wrong shape": (_correct_forward, _sum, _with_contract(
-        lambda a, b, bias: a.new_empty(a.shape, dtype=op.accumulate_dtype(a.dtype)), contiguity=False), {"fake"}),
+        lambda a, b, bias: a.new_empty(a.shape, dtype=op.accumulate_dtype(a.dtype)),
+        contiguity=False), {"fake"}),
     "fake with the wrong dtype": (_correct_forward, _sum, _with_contract(
-        lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32), contiguity=False), {"fake"}),
+        lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32),
+        contiguity=False), {"fake"}),
     # float64 in gives float64 out on the CPU, so only fake CUDA tensors show it.
     "fake with the input's dtype": (_correct_forward, _sum, _with_contract(
-        lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype), contiguity=False), {"fake"}),
+        lambda a, b, bias: a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype),
+        contiguity=False), {"fake"}),
     # The contract's row asks the fake too, and says the same.
     "no fake registered": (_correct_forward, _sum, None, {"contract", "fake"}),
     # On the CPU autograd records the kernel's own ops (as it records the answer
     # key's at::addmm), so the Jacobians agree; only the registration says it.
-    "no backward registered": (_correct_forward, None, _correct_fake, {"gradient", "cuda gradient"}),
+    "no backward registered": (_correct_forward, None, _correct_fake,
+                               {"gradient", "cuda gradient"}),
     "backward returns None for bias": (_correct_forward, lambda grad, device: None, _correct_fake,
                                        {"gradient", "cuda gradient"}),
     # Rounded once, autograd casts it back: the CPU sees the rounding (float64 against
     # float64), a GPU the entries past FP16's largest value.
-    "grad_bias rounded through FP16": (_correct_forward, lambda grad, device: grad.sum(0).half(), _correct_fake,
-                                       {"gradient", "cuda gradient"}),
-    "no contract for the bias": (lambda a, b, bias: _mm(a, b) + bias, _sum, _correct_fake, {"contract"}),
+    "grad_bias rounded through FP16": (_correct_forward, lambda grad, device: grad.sum(0).half(),
+                                       _correct_fake, {"gradient", "cuda gradient"}),
+    "no contract for the bias": (lambda a, b, bias: _mm(a, b) + bias, _sum, _correct_fake,
+                                 {"contract"}),
     # The message blames a and b: it does not name the bias.
     "bias dtype rule blames a and b": (
-        _with_contract(lambda a, b, bias: _mm(a, b) + bias, dtype_blames="a and b"), _sum, _correct_fake,
-        {"contract"}),
+        _with_contract(lambda a, b, bias: _mm(a, b) + bias, dtype_blames="a and b"), _sum,
+        _correct_fake, {"contract"}),
     "a fake without the bias's checks": (_correct_forward, _sum, _unchecked_fake, {"contract"}),
     # The fake's verdict must be the implementation's: it accepts a bias that is not 1-D.
     "a fake without the bias's 1-D rule": (_correct_forward, _sum, _fake_without_the_1d_rule,
@@ -368,7 +390,8 @@ EXERCISE_CASES = {
     "a wrapper that drops the bias": (_correct_forward, _sum, _correct_fake, {"wrapper"}),
     # Wrong on CUDA alone, where the refusals are asked of the CUDA implementation. A
     # CUDA bias beside CPU float64 a and b reaches it, and a and b's rules blame them.
-    "bias's device after a and b's (CUDA)": (_device_checked_after_a_and_b, _sum, _correct_fake, {"contract"}),
+    "bias's device after a and b's (CUDA)": (_device_checked_after_a_and_b, _sum, _correct_fake,
+                                             {"contract"}),
     "a copy checked, the strided bias read": (_reads_the_strided_bias, _sum, _correct_fake,
                                                           {"contract"}),
 }
@@ -386,8 +409,10 @@ ON_CUDA_ONLY = {"bias's device after a and b's (CUDA)": {"contract"},
 CAUSES = {("a fake without the bias's 1-D rule", "contract"): [
               "a 1 x 128 bias (fake cpu): the call returned instead of raising",
               "where the CPU implementation raised"],
-          ("grad_bias over the wrong axis", "gradient"): ["has shape [6] for a bias of shape [4]", "Hint 1"],
-          ("grad_bias is grad itself", "gradient"): ["has shape [6, 4] for a bias of shape [4]", "Hint 1"],
+          ("grad_bias over the wrong axis", "gradient"): [
+              "has shape [6] for a bias of shape [4]", "Hint 1"],
+          ("grad_bias is grad itself", "gradient"): [
+              "has shape [6, 4] for a bias of shape [4]", "Hint 1"],
           ("grad_bias scaled (mean)", "gradient"): ["grad_bias[0]: got", "expected", "Hint 2"],
           ("backward returns None for bias", "gradient"): ["grad_bias is None", "Hint 2"],
           ("grad_bias rounded through FP16", "gradient"): ["FP16's precision"],
@@ -397,7 +422,8 @@ CAUSES = {("a fake without the bias's 1-D rule", "contract"): [
           ("bias added twice", "gradient"): ["d out[", "/d bias["],
           ("bias added twice", "cuda forward"): ["a @ b + 2 * bias"],
           ("bias's device after a and b's (CUDA)", "contract"): [
-              "a CUDA bias beside CPU a and b in float64 (cuda, in a child process): raised, but not naming the bias"],
+              "a CUDA bias beside CPU a and b in float64 (cuda, in a child process): "
+              "raised, but not naming the bias"],
           ("a copy checked, the strided bias read", "contract"): [
               "a strided bias (every second value) (cuda): the call returned a wrong answer"]}
 
@@ -464,20 +490,24 @@ def grade_exercise_cases():
 
     def graded(name):
         child, expected = runs[name], EXERCISE_CASES[name][-1]
-        rows = {question: line for line in child.stdout.splitlines() for row, question in QUESTION_OF_ROW.items()
+        rows = {question: line for line in child.stdout.splitlines()
+                for row, question in QUESTION_OF_ROW.items()
                 if line.startswith(row) and " FAIL, " in line}
         if test_op.why_no_kernel():
             expected = expected - {"cuda forward", "cuda gradient"} - ON_CUDA_ONLY.get(name, set())
         require(child.returncode == (1 if rows else 0),
                 f"exit status {child.returncode}; stderr ends: {child.stderr.strip()[-300:]}")
-        require(set(rows) == expected, f"failed {sorted(rows) or 'nothing'}, expected {sorted(expected) or 'nothing'}")
+        require(set(rows) == expected,
+                f"failed {sorted(rows) or 'nothing'}, expected {sorted(expected) or 'nothing'}")
         # A row's message with its continuation lines, as the student reads it.
         lines = child.stdout.splitlines()
         for question, line in rows.items():
             index = lines.index(line)
-            told = "\n".join([line] + [more for more in lines[index + 1:index + 8] if more.startswith("    ")])
+            told = "\n".join([line] + [more for more in lines[index + 1:index + 8]
+                                       if more.startswith("    ")])
             words = CAUSES.get((name, question), ["d out["] if question == "gradient" else [])
-            require(all(word in told for word in words), f"row '{question}' does not say {words}: {told[:300]}")
+            require(all(word in told for word in words),
+                    f"row '{question}' does not say {words}: {told[:300]}")
         return f"failed {', '.join(sorted(rows)) or 'nothing'}, as expected"
 
     rows = [(f"grader: {name}", "the sixth check's verdict", lambda name=name: graded(name))

@@ -53,14 +53,16 @@ def built(result):
 
 
 def succeeded(result, what):
-    assert result.returncode == 0, f"{what}: exit {result.returncode}: {result.stderr.strip()[-600:]}"
+    assert result.returncode == 0, \
+        f"{what}: exit {result.returncode}: {result.stderr.strip()[-600:]}"
     return result.stdout.strip().splitlines()[-1]
 
 
 def library_state(directory):
     """mtimes of what a compiler run or a cpp_extension.load() would rewrite."""
     return {name: os.stat(os.path.join(directory, name)).st_mtime_ns
-            for name in ("day87_ext.so", "build.ninja") if os.path.exists(os.path.join(directory, name))}
+            for name in ("day87_ext.so", "build.ninja")
+            if os.path.exists(os.path.join(directory, name))}
 
 
 def test_keyed_builds(tmp_path, monkeypatch):
@@ -97,7 +99,8 @@ def test_keyed_builds(tmp_path, monkeypatch):
     before = library_state(directory)
     second = import_op(folder, cache)
     assert succeeded(second, "warm import") == directory, "the warm import chose another directory"
-    assert not built(second) and second.stderr.strip() == "", f"the warm import printed: {second.stderr[:300]}"
+    assert not built(second) and second.stderr.strip() == "", \
+        f"the warm import printed: {second.stderr[:300]}"
     assert library_state(directory) == before, "the warm import rewrote the library or build.ninja"
     with open(os.path.join(folder, "kernel.cu"), "a") as kernel:
         kernel.write("\n// an edit\n")
@@ -118,27 +121,32 @@ def test_copies_of_the_folder(tmp_path):
     assert first != second, "the edited copy reused the original's build directory"
     assert library_state(first) == before, "building the copy touched the original's library"
     check = ("import torch, op; a = torch.randn(3, 4, dtype=torch.float64); "
-             "b = torch.randn(4, 5, dtype=torch.float64); print(torch.allclose(op.wmma_mm(a, b), a @ b))")
+             "b = torch.randn(4, 5, dtype=torch.float64); "
+             "print(torch.allclose(op.wmma_mm(a, b), a @ b))")
     for folder in (original, edited):
-        assert succeeded(import_op(folder, cache, check), folder) == "True", f"wrong result from {folder}"
+        assert succeeded(import_op(folder, cache, check), folder) == "True", \
+            f"wrong result from {folder}"
 
 
 def test_concurrent_first_import(tmp_path):
     """Two processes, one cold cache: one compiles, the other waits and loads. ninja logs
     each command it ran: every object and the library appear once."""
     folder, cache = copy_lesson(tmp_path / "concurrent"), tmp_path / "cache"
-    processes = [subprocess.Popen([sys.executable, "-c", PRINT_BUILD], cwd=folder, env=environment(cache),
+    processes = [subprocess.Popen([sys.executable, "-c", PRINT_BUILD], cwd=folder,
+                                  env=environment(cache),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
     results = [process.communicate(timeout=900) for process in processes]
     for process, (_, stderr) in zip(processes, results):
         assert process.returncode == 0, f"an import failed: {stderr.strip()[-400:]}"
     directory = results[0][0].strip().splitlines()[-1]
-    assert results[1][0].strip().splitlines()[-1] == directory, "the two imports loaded different builds"
+    assert results[1][0].strip().splitlines()[-1] == directory, \
+        "the two imports loaded different builds"
     outputs = [line.split("\t")[3] for line in open(os.path.join(directory, ".ninja_log"))
                if not line.startswith("#")]
     assert "day87_ext.so" in outputs and len(outputs) == len(set(outputs)), \
-        f"the commands ninja ran: {outputs}: each output once, expected (exactly 1 process compiled)"
+        (f"the commands ninja ran: {outputs}: each output once, expected "
+         "(exactly 1 process compiled)")
 
 
 def test_killed_build(tmp_path):
@@ -147,8 +155,9 @@ def test_killed_build(tmp_path):
     so). A lock held by a live process is waited for."""
     folder, cache = copy_lesson(tmp_path / "killed"), tmp_path / "cache"
     cache.mkdir()
-    process = subprocess.Popen([sys.executable, "-c", "import op"], cwd=folder, env=environment(cache),
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen([sys.executable, "-c", "import op"], cwd=folder,
+                               env=environment(cache), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
     deadline, lock = time.monotonic() + 120, None
     while time.monotonic() < deadline and lock is None:
         lock = next((str(path) for path in cache.glob("*/lock")), None)
@@ -161,18 +170,23 @@ def test_killed_build(tmp_path):
     again = import_op(folder, cache, timeout=600)
     succeeded(again, "the import after the kill")
     baton = hasattr(cpp_extension, "FileBaton")  # torch <= 2.13: its lock blocks while it exists
-    assert not baton or "left by a build that was killed" in again.stderr, "the stale lock was not reported"
+    assert not baton or "left by a build that was killed" in again.stderr, \
+        "the stale lock was not reported"
 
     from filelock import FileLock
     directory = os.path.dirname(lock)
     os.remove(os.path.join(directory, "day87_ext.so"))
     with FileLock(os.path.join(directory, "op.lock" if baton else "lock")):
-        waiting = subprocess.Popen([sys.executable, "-c", "import op"], cwd=folder, env=environment(cache),
+        waiting = subprocess.Popen([sys.executable, "-c", "import op"], cwd=folder,
+                                   env=environment(cache),
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         time.sleep(10)  # far longer than an import that does not wait
-        assert waiting.poll() is None and not os.path.exists(os.path.join(directory, "day87_ext.so")), \
-            f"a held lock was not waited for: {waiting.communicate()[1][-300:] if waiting.poll() else 'built'}"
-    assert waiting.wait(timeout=600) == 0, f"the import after the lock was freed: {waiting.communicate()[1][-600:]}"
+        assert waiting.poll() is None \
+            and not os.path.exists(os.path.join(directory, "day87_ext.so")), \
+            ("a held lock was not waited for: "
+             f"{waiting.communicate()[1][-300:] if waiting.poll() else 'built'}")
+    assert waiting.wait(timeout=600) == 0, \
+        f"the import after the lock was freed: {waiting.communicate()[1][-600:]}"
 
 
 RETRY = """
@@ -197,7 +211,8 @@ def test_a_build_fixed_in_the_same_process(tmp_path):
     name in a process "_v1", which is not the file the import loads)."""
     result = import_op(copy_lesson(tmp_path / "retry"), tmp_path / "cache", RETRY)
     assert result.returncode == 0, f"exit {result.returncode}: {result.stderr.strip()[-600:]}"
-    assert result.stdout.splitlines() == ["the first import refused: True", "the second import: True"], \
+    assert result.stdout.splitlines() == ["the first import refused: True",
+                                          "the second import: True"], \
         result.stdout + result.stderr[-600:]
 
 
@@ -264,12 +279,15 @@ def test_toolchain_messages(tmp_path):
     message = mismatch.stderr
     assert mismatch.returncode != 0 and "12.6" in message and torch.version.cuda in message \
         and "day87: building" not in message, f"mismatched nvcc: {message[-300:]}"
-    assert PIP_TOOLKIT_FIX in message, f"the mismatch message names no pip command: {message[-300:]}"
+    assert PIP_TOOLKIT_FIX in message, \
+        f"the mismatch message names no pip command: {message[-300:]}"
 
     (tmp_path / "empty-toolkit").mkdir()
-    no_toolkit = import_op(folder, tmp_path / "no-nvcc-cache", CUDA_HOME=str(tmp_path / "empty-toolkit"),
+    no_toolkit = import_op(folder, tmp_path / "no-nvcc-cache",
+                           CUDA_HOME=str(tmp_path / "empty-toolkit"),
                            code="import torch, op; print(op.BUILD['with_cuda'])")
-    assert succeeded(no_toolkit, "no nvcc") == "False" and "no CUDA toolkit found" in no_toolkit.stderr, \
+    assert succeeded(no_toolkit, "no nvcc") == "False" \
+        and "no CUDA toolkit found" in no_toolkit.stderr, \
         f"missing nvcc: {no_toolkit.stderr[-300:]}"
     assert PIP_TOOLKIT_FIX in no_toolkit.stderr, f"no pip command named: {no_toolkit.stderr[-300:]}"
 
@@ -305,8 +323,8 @@ def test_pip_toolkit_alone(tmp_path):
     line names that toolkit."""
     python, env = pip_toolkit_environment(tmp_path / "cache")
     env.pop("TORCH_CUDA_ARCH_LIST", None)  # every architecture
-    result = subprocess.run([python, "test_op.py"], cwd=LESSON, env=env, capture_output=True, text=True,
-                            timeout=1800)
+    result = subprocess.run([python, "test_op.py"], cwd=LESSON, env=env, capture_output=True,
+                            text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-1500:] + result.stderr[-1500:]
     built_with = re.search(r"with the toolkit in (\S+)", result.stderr)
     assert built_with and os.path.join("nvidia", "cu") in built_with.group(1), \
@@ -400,7 +418,8 @@ def test_missing_ninja_and_unwritable_cache(tmp_path):
     (tmp_path / "a-file").touch()
     unwritable = import_op(folder, tmp_path / "a-file" / "cache")
     assert unwritable.returncode != 0 and "TORCH_EXTENSIONS_DIR" in unwritable.stderr \
-        and "cannot write the build cache" in unwritable.stderr, f"unwritable cache: {unwritable.stderr[-300:]}"
+        and "cannot write the build cache" in unwritable.stderr, \
+        f"unwritable cache: {unwritable.stderr[-300:]}"
 
 
 def test_notebook(tmp_path):
@@ -410,9 +429,11 @@ def test_notebook(tmp_path):
     import nbformat
 
     cells = [f"import sys\nsys.path.insert(0, {LESSON!r})\nimport op",
-             "import torch\na = torch.randn(3, 4, dtype=torch.float64)\nb = torch.randn(4, 5, dtype=torch.float64)\n"
+             "import torch\na = torch.randn(3, 4, dtype=torch.float64)\n"
+             "b = torch.randn(4, 5, dtype=torch.float64)\n"
              "print('result matches:', torch.allclose(op.wmma_mm(a, b), a @ b))"]
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in cells])
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(source) for source in cells])
     elsewhere = tmp_path / "notebook-cwd"
     elsewhere.mkdir()
     saved = dict(os.environ)
@@ -423,7 +444,8 @@ def test_notebook(tmp_path):
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    text = "".join(output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", []))
+    text = "".join(output.get("text", "") for cell in notebook.cells
+                   for output in cell.get("outputs", []))
     assert "day87: building" in text, f"the build notice is not in the cell output: {text[:300]}"
     assert "result matches: True" in text, f"the call's result is wrong or missing: {text[-300:]}"
 
@@ -460,12 +482,13 @@ def test_two_copies_in_one_process(tmp_path):
         python.write("\n# the next lesson's change\n")
     for other, expected in ((same, "second loaded: True"), (edited_binding, "refused:"),
                             (edited_python, "refused:")):
-        result = subprocess.run([sys.executable, "-c", TWO_COPIES, original, other], env=environment(cache),
-                                capture_output=True, text=True, timeout=900)
+        result = subprocess.run([sys.executable, "-c", TWO_COPIES, original, other],
+                                env=environment(cache), capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-600:]
         assert result.stdout.startswith(expected), f"{other}: {result.stdout[-600:]}"
         if expected == "refused:":
-            assert original in result.stdout and other in result.stdout and "restart" in result.stdout, \
+            assert original in result.stdout and other in result.stdout \
+                and "restart" in result.stdout, \
                 result.stdout
             assert first_builder not in result.stdout, result.stdout
 
@@ -479,14 +502,16 @@ def test_shared_cache_never_loads_a_planted_library(tmp_path):
     code = "import op; print('loaded')"
     os.chmod(directory, 0o777)  # anyone may write into it
     refused = import_op(folder, cache, code)
-    assert refused.returncode != 0 and "refusing to load" in refused.stderr and directory in refused.stderr, \
+    assert refused.returncode != 0 and "refusing to load" in refused.stderr \
+        and directory in refused.stderr, \
         refused.stderr[-400:]
     os.chmod(directory, 0o700)
     if os.getuid() == 0:  # root can hand the library to another user, as a planted one would be
         library = os.path.join(directory, "day87_ext.so")
         os.chown(library, 12345, 12345)
         refused = import_op(folder, cache, code)
-        assert refused.returncode != 0 and "belongs to user 12345" in refused.stderr, refused.stderr[-400:]
+        assert refused.returncode != 0 and "belongs to user 12345" in refused.stderr, \
+            refused.stderr[-400:]
         os.chown(library, 0, 0)
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -503,7 +528,8 @@ def test_damaged_library(tmp_path):
     with open(os.path.join(directory, "day87_ext.so"), "r+b") as library:
         library.truncate(100)
     damaged = import_op(folder, cache)
-    assert damaged.returncode != 0 and f"delete {directory}" in damaged.stderr, damaged.stderr[-400:]
+    assert damaged.returncode != 0 and f"delete {directory}" in damaged.stderr, \
+        damaged.stderr[-400:]
 
 
 STALE_BACKWARD = """
@@ -544,13 +570,16 @@ def test_compiled_backward_is_the_current_one(tmp_path):
 STREAMED_VALUES = """
 import torch, op
 f64 = torch.float64
-for a, b, value in ((torch.randn(4, 3, dtype=f64), torch.randn(7, 5, dtype=f64), "b: [7, 5] Double on cpu"),
-                    (torch.randn(4, 3, dtype=f64), torch.randn(5, 3, dtype=f64).t(), "with strides [1, 3]")):
+for a, b, value in ((torch.randn(4, 3, dtype=f64), torch.randn(7, 5, dtype=f64), \
+"b: [7, 5] Double on cpu"),
+                    (torch.randn(4, 3, dtype=f64), torch.randn(5, 3, dtype=f64).t(), \
+"with strides [1, 3]")):
     try:
         op.wmma_mm(a, b)
         print("returned without raising")
     except RuntimeError as error:
-        print("raised" if value in str(error) else "raised without its values: " + str(error).splitlines()[0])
+        print("raised" if value in str(error) else "raised without its values: " \
++ str(error).splitlines()[0])
 print("needs libstdc++.so.6:", "libstdc++.so.6" in op.needed_libraries(op.BUILD["library"]))
 """
 RAISED = ["raised", "raised", "needs libstdc++.so.6: True"]
@@ -558,7 +587,8 @@ RAISED = ["raised", "raised", "needs libstdc++.so.6: True"]
 
 def test_torch_check_streams_values(tmp_path):
     """binding.cpp's TORCH_CHECKs raise RuntimeError with their values in a fresh process, with
-    the environment's compiler, and do not kill the interpreter: the library needs libstdc++.so.6."""
+    the environment's compiler, and do not kill the interpreter: the library needs \
+libstdc++.so.6."""
     result = import_op(copy_lesson(tmp_path / "lesson"), tmp_path / "cache", STREAMED_VALUES)
     assert result.returncode == 0, f"exit {result.returncode}: {result.stderr.strip()[-600:]}"
     assert result.stdout.splitlines() == RAISED, result.stdout
@@ -573,7 +603,8 @@ def test_compiler_that_links_libstdcxx_statically(tmp_path):
     wrapper = tmp_path / "static-g++"
     wrapper.write_text(f'#!/bin/sh\nexec {compiler} "$@" -static-libstdc++\n')
     wrapper.chmod(0o755)
-    result = import_op(copy_lesson(tmp_path / "lesson"), tmp_path / "cache", STREAMED_VALUES, CXX=str(wrapper))
+    result = import_op(copy_lesson(tmp_path / "lesson"), tmp_path / "cache", STREAMED_VALUES,
+                       CXX=str(wrapper))
     if result.returncode != 0:
         assert "links libstdc++ statically" in result.stderr and "Fix: CXX=" in result.stderr, \
             f"exit {result.returncode}: {result.stderr.strip()[-600:]}"

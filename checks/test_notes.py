@@ -158,7 +158,8 @@ def test_every_cited_log_is_where_it_is_cited():
 
 def test_no_citation_into_an_archive_folder():
     assert_none([problem for path in every_file()
-                 for problem in archived_citations(path.read_text(), str(path.relative_to(LESSON)))])
+                 for problem in archived_citations(path.read_text(),
+                                                   str(path.relative_to(LESSON)))])
     for results in RESULTS:
         assert not (results / "archive").exists(), f"{results / 'archive'} is back"
     archived = "results/archive/h200-2026-11-30-0344-compute75-plans-t4-occupancy.log"
