@@ -75,7 +75,7 @@ def test_keyed_builds(tmp_path, monkeypatch):
     def keyed():  # the folder that op.py's build_and_load keys
         sources = [os.path.join(LESSON, name) for name in ("kernel.cu", "binding.cpp")]
         sources = sources if op.BUILD["with_cuda"] else sources[1:]
-        return op.keyed_directory("day87", sources, op.architectures() if op.BUILD["with_cuda"] else None)
+        return op.keyed_directory(sources, op.architectures() if op.BUILD["with_cuda"] else None)
 
     base = keyed()
     with monkeypatch.context() as patch:
