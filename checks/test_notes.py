@@ -37,7 +37,7 @@ FAST_README = LESSON / "fast" / "README.md"
 MAX_CELL = 200
 MAX_FAST_README_BYTES = 10_000
 # <machine>-<date>[-HHMM]-<what ran>.<ext>, as results/ names its logs.
-LOG_NAME = re.compile(r"\b(?:h200x2|h200|here)-\d{4}-\d\d-\d\d-[\w.+-]*?\.(?:log|svg|py)\b")
+LOG_NAME = re.compile(r"\b(?:h200x2|h200|h100|here)-\d{4}-\d\d-\d\d-[\w.+-]*?\.(?:log|svg|py)\b")
 # A log's name with the path written before it, if any: `../fast/results/NAME`, `results/NAME`.
 CITATION = re.compile(r"((?:[\w.-]+/)*)(" + LOG_NAME.pattern[2:] + ")")
 # 17:40 or 8:32; a ratio such as 1:2 is not one.
