@@ -106,11 +106,14 @@ def toolkit_fix():  # PyPI's CUDA 12 wheels carry no nvcc
             torch.version.cuda >= "13" else f"CUDA_HOME=(a CUDA {torch.version.cuda} toolkit)")
 
 
+def named_toolkit():  # "CUDA_HOME" or "CUDA_PATH" where set: find_toolkit looks there alone
+    return next((name for name in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(name)), None)
+
+
 def where_searched():
     """Where find_toolkit looked and found nothing, in its order, for the refusal to name."""
-    for name in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(name):  # then find_toolkit looks there alone
-            return f"{name}={os.environ[name]} holds no bin/nvcc and include/cuda_runtime.h"
+    if name := named_toolkit():
+        return f"{name}={os.environ[name]} holds no bin/nvcc and include/cuda_runtime.h"
     nvcc = shutil.which("nvcc")
     on_path = (f"the nvcc on PATH, {nvcc}, is in no toolkit's bin folder" if nvcc
                else "no nvcc on PATH")
@@ -136,13 +139,14 @@ def use_toolkit():
     a library built with CUDA 12 needs libcudart.so.12, which a CUDA 13 torch does not load."""
     if not torch.version.cuda:
         return None
-    major = torch.version.cuda.split(".")[0]
+    major, named = torch.version.cuda.split(".")[0], named_toolkit()
+    # The fix: another folder where one is named; else what find_toolkit looks at first.
+    fix = f"{named}=(the folder of a CUDA {major} toolkit)" if named else toolkit_fix()
     toolkit = find_toolkit()
     if toolkit is None:
         raise SystemExit(f"day87_fast: torch {torch.__version__} is built with CUDA "
                          f"{torch.version.cuda}, and no CUDA toolkit is found: "
-                         f"{where_searched()}. Fix: {toolkit_fix()} (or CUDA_HOME=(the "
-                         f"folder of a CUDA {major} toolkit))")
+                         f"{where_searched()}. Fix: {fix}")
     home, release = toolkit["home"], nvcc_release(toolkit["home"])
     if release is None or release.split(".")[0] != major:
         said = f"CUDA {release}" if release else "no CUDA release (nvcc --version)"
@@ -150,8 +154,7 @@ def use_toolkit():
         raise SystemExit(f"day87_fast: the CUDA toolkit in {home} has nvcc of {said}, and "
                          f"torch {torch.__version__} is built with CUDA {torch.version.cuda}: "
                          f"a library built with one major version does not load beside the "
-                         f"other's. Fix: {toolkit_fix()} (or CUDA_HOME=(the folder of a CUDA "
-                         f"{major} toolkit)){other}")
+                         f"other's. Fix: {fix}{other}")
     if home != cpp_extension.CUDA_HOME:  # torch's guess, said as it was imported
         print(f"day87_fast: the CUDA toolkit in {home} (nvcc {release}), not torch's guess "
               f"{cpp_extension.CUDA_HOME}", file=sys.stderr)

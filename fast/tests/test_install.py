@@ -124,7 +124,8 @@ def test_setup_refuses_no_toolkit(setup_script, tmp_path, monkeypatch):
     message = str(refused.value)
     assert "no CUDA toolkit is found" in message, message
     assert f"CUDA_HOME={tmp_path} holds no bin/nvcc" in message, message
-    assert f"Fix: {setup_script.toolkit_fix()}" in message, message
+    assert f"Fix: CUDA_HOME=(the folder of a CUDA {torch.version.cuda.split('.')[0]} toolkit)" \
+        in message, message
 
 
 @needs_cuda_torch
