@@ -17,6 +17,7 @@
 
 import ast
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -234,6 +235,11 @@ def test_undefined_symbol_named(tmp_path):
     assert "undefined symbol: _ZN5tuned13launchMissingEi" in ran.stderr, ran.stderr
     if shutil.which("c++filt"):
         assert "Nothing loaded defines tuned::launchMissing(int)" in ran.stderr, ran.stderr
+    # Under a torch older than the wheel's floor, the symbol is taken for one it lacks.
+    ran = python_in(tmp_path, "import torch; torch.__version__ = '2.10.0'; import day87_fast")
+    floor = json.loads(read(tmp_path, "day87_fast", "build.json"))["torch_floor"]
+    assert f"torch 2.10.0 lacks it: the wheel needs torch {floor} or later" in ran.stderr, \
+        ran.stderr
 
 
 @pytest.mark.skipif(not shutil.which("g++"), reason="no g++ to plant a library with")

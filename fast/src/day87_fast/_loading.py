@@ -91,10 +91,12 @@ def cannot_load(library, error, built):
                 f"fast/csrc/binding.cpp that matches no definition). Fix: the sources, then "
                 f"{INSTALL}")
     if missing := re.search(r"(\S+): cannot open shared object file", reason):
+        holder = ""
+        if missing[1].startswith("libcu") and built["cuda"]:  # libcudart.so.13, libcublas.so.13
+            holder = f"a torch built with CUDA {built['cuda']}, whose CUDA wheels hold it, or "
         return (f"day87_fast: cannot load {library}: {reason}. The loader finds no "
-                f"{missing[1]} where this process looks for libraries. Fix: a torch built "
-                f"with CUDA {built['cuda']}, whose CUDA wheels hold it, or day87_fast built "
-                f"against this torch: {INSTALL}")
+                f"{missing[1]} where this process looks for libraries. Fix: {holder}"
+                f"day87_fast built against this torch: {INSTALL}")
     return f"day87_fast: cannot load {library}: {reason}. Fix: {INSTALL}, against this torch"
 
 
