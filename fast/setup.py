@@ -136,7 +136,7 @@ def use_toolkit():
     """find_toolkit's toolkit, made cpp_extension's (and the environment's CUDA_HOME) before
     any extension is made; None for a torch built without CUDA. No toolkit, or one whose nvcc
     is of another CUDA major version than torch's, is refused here, before anything compiles:
-    a library built with CUDA 12 needs libcudart.so.12, which a CUDA 13 torch does not load."""
+    a library built with CUDA 12 needs libcudart.so.12, which a CUDA 13 torch does not bring."""
     if not torch.version.cuda:
         return None
     major, named = torch.version.cuda.split(".")[0], named_toolkit()
