@@ -189,9 +189,9 @@ def test_static_libstdcxx_compiler_caught(tmp_path, monkeypatch):
     wrapper = tmp_path / "static-g++"
     wrapper.write_text('#!/bin/sh\nexec g++ "$@" -static-libstdc++\n')
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
-    assert setup.needs_shared_libstdcxx("g++") is True
-    assert setup.needs_shared_libstdcxx(str(wrapper)) is False
-    assert setup.needs_shared_libstdcxx(str(tmp_path / "no-such-compiler")) is None
+    assert setup.needs_libstdcxx("g++") is True
+    assert setup.needs_libstdcxx(str(wrapper)) is False
+    assert setup.needs_libstdcxx(str(tmp_path / "no-such-compiler")) is None
     monkeypatch.setenv("CXX", str(wrapper))
     assert setup.choose_compiler() == {"CXX": "/usr/bin/g++", "CC": "/usr/bin/g++"}
 

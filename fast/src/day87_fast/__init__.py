@@ -1,6 +1,7 @@
 """day87_fast: day 88's operator: the exercise (wmma_mm_bias) solved, and the lesson's
 wmma_mm made fast. Open it after your own attempt at the exercise.
 
+    pip install torch ninja "setuptools>=70.1"   # first: the build compiles against them
     pip install --no-build-isolation ./fast      # once: builds the wheel's two libraries
     import day87_fast
     c = day87_fast.wmma_mm(a, b)               # the lesson's contract and dtypes
@@ -12,19 +13,18 @@ with CUDA, and one of the float64 CPU reference alone, for a torch built without
 
 What this file adds to fast/csrc/binding.cpp's registrations: the fakes, the autograd
 formulas (the tensor-core backward on CUDA, the lesson's float64 formula elsewhere), and
-wmma_mm_bias's. What it shares with the lesson's op.py is copied in lesson_copy.py.
+wmma_mm_bias's. What it shares with the lesson's op.py is copied in lesson_copy.py; loading
+the library is _loading.py's.
 """
-
-import glob
-import json
-import os
 
 import torch
 
-from . import lesson_copy
+from . import _loading, lesson_copy
 
-NAMESPACE = "day87_fast"
-HERE = os.path.dirname(os.path.abspath(__file__))
+__version__ = "0.88.0"  # the version's one place: fast/setup.py reads it from here
+# The package's API: what dir(day87_fast) shows (__dir__, at the end), not what it imports.
+__all__ = ["wmma_mm", "wmma_mm_bias", "BUILD", "__version__"]
+NAMESPACE = _loading.NAMESPACE
 
 
 def wmma_mm(a, b):
@@ -111,44 +111,11 @@ def _register():
     return library
 
 
-# ===========================================================================
-# Loading: the library that fits this torch, once a process.
-# ===========================================================================
-def _library(kind):  # "cuda" or "cpu": setup.py's _library_cuda.abi3.so, _library_cpu.abi3.so
-    return next(iter(sorted(glob.glob(os.path.join(HERE, f"_library_{kind}.*so")))), None)
-
-
-def load():
-    """The CUDA library under a torch built with CUDA (it holds the CPU reference too), else
-    the CPU one; loaded once a process. Returns what was built and loaded."""
-    with_cuda = bool(torch.version.cuda) and _library("cuda") is not None
-    library = _library("cuda" if with_cuda else "cpu")
-    if library is None:
-        raise ImportError(
-            f"day87_fast: no library beside {__file__}: this is fast/src, not an installed "
-            "package. Fix: pip install --no-build-isolation ./fast (or, to develop, "
-            "pip install --no-build-isolation -e ./fast)")
-    # A namespace takes one library: a second STABLE_TORCH_LIBRARY(day87_fast) would abort
-    # the process. So a copy from another folder (an editable build beside an installed
-    # wheel) is refused while the first is loaded.
-    loaded = [path for path in torch.ops.loaded_libraries
-              if os.path.basename(path).startswith("_library_")
-              and os.path.basename(os.path.dirname(path)) == NAMESPACE]
-    if loaded and os.path.realpath(library) not in loaded:
-        raise ImportError(f"day87_fast: torch.ops.day87_fast is served by {loaded[0]}, not "
-                          f"{library}. Fix: restart the Python process (the notebook kernel)")
-    try:
-        torch.ops.load_library(library)
-    except OSError as error:
-        raise ImportError(f"day87_fast: cannot load {library} ({error}). It needs torch 2.11 "
-                          "or later, built with CUDA for the CUDA library.") from None
-    with open(os.path.join(HERE, "build.json")) as facts:
-        built = json.load(facts)
-    return {"library": library, "with_cuda": with_cuda,
-            "archs": built["architectures"] if with_cuda else None, **built}
-
-
-BUILD = load()
+BUILD = _loading.load()  # what was built and loaded (fast/src/day87_fast/README.md)
 if "_registrations" in globals():  # importlib.reload: drop the previous module's first
     _registrations._destroy()
 _registrations = _register()
+
+
+def __dir__():  # the API alone, where a notebook completes names too
+    return sorted(__all__)
