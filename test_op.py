@@ -715,8 +715,9 @@ def exercise_contract(operator, bias_op):
             return f"{what}: raised, but not naming the bias: {said[:200]}"
 
     forward_or_skip(bias_op)
-    dtype_calls = [call[0] for call in bad_input_calls()]
-    calls = bad_bias_calls() + bad_input_calls()
+    input_calls = bad_input_calls()
+    dtype_calls = {call[0] for call in input_calls}  # their refusal names rule 'dtype'
+    calls = bad_bias_calls() + input_calls
     gpu = not why_no_kernel(operator)
     real = {}  # the implementation's verdicts, where it can run
     for what, a, b, bias in calls:
@@ -726,7 +727,7 @@ def exercise_contract(operator, bias_op):
     outcomes = in_child_processes([
         (operator.module.__name__, operator.namespace, a, b, bias) for _, a, b, bias in children])
     real.update(zip((call[0] for call in children), outcomes))
-    problems, disagreed = [], False
+    problems, out_of_order = [], False  # out_of_order: the fake misjudged an a or b
     for what, a, b, bias in calls:
         rule = "dtype" if what in dtype_calls else None
         label = what if a.device == bias.device else f"{what} (cuda, in a child process)"
@@ -746,15 +747,18 @@ def exercise_contract(operator, bias_op):
         side = "CUDA" if "cuda" in (a.device, bias.device) else "CPU"
         if fake[0] == "returned" and not (said and said[0] == "returned"):
             where = f", where the {side} implementation raised" if said else ""
-            problems.append(f"{fake_label}: the call returned instead of raising, giving "
+            fake_problem = (f"{fake_label}: the call returned instead of raising, giving "
                             f"{fake[1]}{where}")
         elif rule and said and said[0] == fake[0] == "raised" and said[1] != fake[1]:
             # What torch.compile raises is the fake's: it must be what eager raises.
-            disagreed = True
-            problems.append(f"{fake_label}: the fake raised {fake[1][:200]!r}, where the "
+            fake_problem = (f"{fake_label}: the fake raised {fake[1][:200]!r}, where the "
                             f"{side} implementation raised {said[1][:200]!r}")
         elif fake[0] == "raised":
-            problems.append(named(fake_label, fake[1], rule))
+            fake_problem = named(fake_label, fake[1], rule)
+        else:  # returned, as the implementation did: said above
+            fake_problem = None
+        problems.append(fake_problem)
+        out_of_order |= bool(rule and fake_problem)
     for device in ["cpu"] + ["cuda"] * gpu:
         dtype = torch.float64 if device == "cpu" else torch.half
         a = fresh(256, 2 * op.TILE_K, dtype=dtype, device=device)
@@ -767,9 +771,11 @@ def exercise_contract(operator, bias_op):
             problems.append(f"a strided bias (every second value) ({device}): the call returned "
                             "a wrong answer instead of raising")
     problems = list(filter(None, problems))
-    order = "\n" + operator.fake_order_hint.format(file=operator.python_name) if disagreed else ""
-    require(not problems, "\n".join(problems) + "\nA refusal is a TORCH_CHECK (torch._check in "
-            "the fake) whose message names the bias and what it saw." + order)
+    advice = ["A refusal is a TORCH_CHECK (torch._check in the fake) whose message names the "
+              "bias (a and b's: their rule) and what it saw."]
+    if out_of_order:
+        advice.append(operator.fake_order_hint.format(file=operator.python_name))
+    require(not problems, "\n".join(problems + advice))
     asked = len(real) + len(calls) + 1 + gpu
     sides = "cpu, cuda and fake" if gpu else "cpu and fake"
     return (f"{asked} calls ({sides}) refused naming the bias, or read right, and a or b in "
