@@ -72,6 +72,9 @@ class Operator:
     no_fake_hint = ("no fake implementation is registered for {name}: torch.compile splits "
                     "the graph there (the lesson's pitfall 'torch.compile gets slower'); "
                     "{file}'s _register needs register_fake")
+    fake_order_hint = ("{file}'s fake checks binding.cpp's rules in binding.cpp's order: a and "
+                       "b's (check_matrices) before anything that needs a's dtype "
+                       "(accumulate_dtype has none for float32)")
     no_backward_hint = ("no backward is registered for {name}: on the CPU autograd records "
                         "the float64 kernel's own ATen ops and only warns; on CUDA the "
                         "gradients stay None (the lesson's pitfall 'training runs, but the loss "
@@ -421,7 +424,7 @@ def exercise_rows(operator=LESSON):
         ("gradient", "registered; Jacobians; grad_bias vs float64", exercise_gradient),
         ("fake", "shape, dtype: fake cuda f16, cpu f64", exercise_fake),
         ("wrapper", "op.wmma_mm_bias; schema (a, b, bias)", exercise_wrapper),
-        ("contract", "bad biases refused alike: cpu, cuda, fake", exercise_contract),
+        ("contract", "bad bias, f32 a or b refused alike: cpu, cuda, fake", exercise_contract),
         ("cuda forward", "both lesson shapes, f16 in, f32 out vs float64", exercise_cuda_forward),
         ("cuda gradient", "grads of a, b, bias through the kernel vs f64", exercise_cuda_gradient))
     return [(f"6 exercise: {question}", compares, lambda check=check: check(operator, bias_op))
@@ -632,6 +635,20 @@ def bad_bias_calls():
     return calls
 
 
+def bad_input_calls():
+    """(what, a, b, bias) for an a or b in float32 beside a right bias, each a Tensor to
+    make: wmma_mm's rule 'dtype', which the fake must ask before accumulate_dtype, whose
+    TypeError would stand where eager names the rule."""
+    m, k, n = 256, 2 * op.TILE_K, op.TILE_N
+    calls = []
+    for device, dtype in (("cpu", torch.float64), ("cuda", torch.half)):
+        a, b = Tensor((m, k), dtype, device), Tensor((k, n), dtype, device)
+        bias = Tensor((n,), op.accumulate_dtype(dtype), device)
+        calls += [(f"a in float32 ({device})", a._replace(dtype=torch.float32), b, bias),
+                  (f"b in float32 ({device})", a, b._replace(dtype=torch.float32), bias)]
+    return calls
+
+
 def verdict(bias_op, a, b, bias):
     """("raised", its first line) or ("returned", what came back)."""
     try:
@@ -687,14 +704,20 @@ def in_child_processes(argument_lists):
 
 def exercise_contract(operator, bias_op):
     """Each bad bias refused, naming the bias, by the implementation and the fake alike;
-    a strided bias may be read right instead (a fake has no strides to check)."""
-    def named(what, said):  # the operator's name has "bias" too
+    a strided bias may be read right instead (a fake has no strides to check). An a or
+    b in float32 is refused naming rule 'dtype', the fake in the implementation's words."""
+    def named(what, said, rule=None):  # rule: a and b's; the operator's name has "bias" too
+        if rule:
+            return None if f"'{rule}'" in said else (
+                f"{what}: raised, but not naming rule '{rule}': {said[:200]}")
         words = said.replace(bias_op._qualified_op_name, "").replace("wmma_mm_bias", "")
         if not re.search(r"\bbias\b", words):
             return f"{what}: raised, but not naming the bias: {said[:200]}"
 
     forward_or_skip(bias_op)
-    calls = bad_bias_calls()
+    input_calls = bad_input_calls()
+    dtype_calls = {call[0] for call in input_calls}  # their refusal names rule 'dtype'
+    calls = bad_bias_calls() + input_calls
     gpu = not why_no_kernel(operator)
     real = {}  # the implementation's verdicts, where it can run
     for what, a, b, bias in calls:
@@ -704,8 +727,9 @@ def exercise_contract(operator, bias_op):
     outcomes = in_child_processes([
         (operator.module.__name__, operator.namespace, a, b, bias) for _, a, b, bias in children])
     real.update(zip((call[0] for call in children), outcomes))
-    problems = []
+    problems, out_of_order = [], False  # out_of_order: the fake misjudged an a or b
     for what, a, b, bias in calls:
+        rule = "dtype" if what in dtype_calls else None
         label = what if a.device == bias.device else f"{what} (cuda, in a child process)"
         fake_label = re.sub(r" \((cpu|cuda)\)$", "", what) + f" (fake {a.device})"
         try:
@@ -719,14 +743,22 @@ def exercise_contract(operator, bias_op):
             problems.append(f"{label}: the call returned instead of raising (the fake "
                             f"{fake_did}), giving {said[1]}")
         elif said:
-            problems.append(named(label, said[1]))
+            problems.append(named(label, said[1], rule))
+        side = "CUDA" if "cuda" in (a.device, bias.device) else "CPU"
         if fake[0] == "returned" and not (said and said[0] == "returned"):
-            side = "CUDA" if "cuda" in (a.device, bias.device) else "CPU"
             where = f", where the {side} implementation raised" if said else ""
-            problems.append(f"{fake_label}: the call returned instead of raising, giving "
+            fake_problem = (f"{fake_label}: the call returned instead of raising, giving "
                             f"{fake[1]}{where}")
+        elif rule and said and said[0] == fake[0] == "raised" and said[1] != fake[1]:
+            # What torch.compile raises is the fake's: it must be what eager raises.
+            fake_problem = (f"{fake_label}: the fake raised {fake[1][:200]!r}, where the "
+                            f"{side} implementation raised {said[1][:200]!r}")
         elif fake[0] == "raised":
-            problems.append(named(fake_label, fake[1]))
+            fake_problem = named(fake_label, fake[1], rule)
+        else:  # returned, as the implementation did: said above
+            fake_problem = None
+        problems.append(fake_problem)
+        out_of_order |= bool(rule and fake_problem)
     for device in ["cpu"] + ["cuda"] * gpu:
         dtype = torch.float64 if device == "cpu" else torch.half
         a = fresh(256, 2 * op.TILE_K, dtype=dtype, device=device)
@@ -739,11 +771,15 @@ def exercise_contract(operator, bias_op):
             problems.append(f"a strided bias (every second value) ({device}): the call returned "
                             "a wrong answer instead of raising")
     problems = list(filter(None, problems))
-    require(not problems, "\n".join(problems) + "\nA refusal is a TORCH_CHECK (torch._check in "
-            "the fake) whose message names the bias and what it saw.")
+    advice = ["A refusal is a TORCH_CHECK (torch._check in the fake) whose message names the "
+              "bias (a and b's: their rule) and what it saw."]
+    if out_of_order:
+        advice.append(operator.fake_order_hint.format(file=operator.python_name))
+    require(not problems, "\n".join(problems + advice))
     asked = len(real) + len(calls) + 1 + gpu
     sides = "cpu, cuda and fake" if gpu else "cpu and fake"
-    return f"{asked} calls ({sides}) refused naming the bias, or read right; the fake agrees"
+    return (f"{asked} calls ({sides}) refused naming the bias, or read right, and a or b in "
+            "float32 naming rule 'dtype'; the fake agrees (for a and b, word for word)")
 
 
 def exercise_cuda_forward(operator, bias_op):

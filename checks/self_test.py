@@ -321,6 +321,13 @@ def _fake_without_the_1d_rule(a, b, bias):
 _correct_forward = _with_contract(lambda a, b, bias: _mm(a, b) + bias)
 
 
+def _fake_computing_the_dtype_first(a, b, bias):
+    # The accumulate dtype before a and b's rules: a float32 a gets accumulate_dtype's
+    # TypeError, where the implementation names rule 'dtype'.
+    op.accumulate_dtype(a.dtype)
+    return _correct_fake(a, b, bias)
+
+
 def _device_checked_after_a_and_b(a, b, bias):
     # As a CUDA implementation that checks a and b against its own dtype (float16,
     # wherever they are) before it checks the bias's device.
@@ -384,6 +391,9 @@ EXERCISE_CASES = {
         _with_contract(lambda a, b, bias: _mm(a, b) + bias, dtype_blames="a and b"), _sum,
         _correct_fake, {"contract"}),
     "a fake without the bias's checks": (_correct_forward, _sum, _unchecked_fake, {"contract"}),
+    # The fake's refusal of a float32 a must be the implementation's, word for word.
+    "fake computing the dtype first": (_correct_forward, _sum, _fake_computing_the_dtype_first,
+                                       {"contract"}),
     # The fake's verdict must be the implementation's: it accepts a bias that is not 1-D.
     "a fake without the bias's 1-D rule": (_correct_forward, _sum, _fake_without_the_1d_rule,
                                            {"contract"}),
@@ -409,6 +419,10 @@ ON_CUDA_ONLY = {"bias's device after a and b's (CUDA)": {"contract"},
 CAUSES = {("a fake without the bias's 1-D rule", "contract"): [
               "a 1 x 128 bias (fake cpu): the call returned instead of raising",
               "where the CPU implementation raised"],
+          ("fake computing the dtype first", "contract"): [
+              "a in float32 (fake cpu): the fake raised 'day87: no accumulate dtype",
+              "where the CPU implementation raised", "rule 'dtype'",
+              "self_test.py's fake checks binding.cpp's rules in binding.cpp's order"],
           ("grad_bias over the wrong axis", "gradient"): [
               "has shape [6] for a bias of shape [4]", "Hint 1"],
           ("grad_bias is grad itself", "gradient"): [

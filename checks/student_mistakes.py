@@ -1,5 +1,5 @@
-"""student_mistakes.py: the exercise's likely mistakes, each laid over the answer key, \
-must be named.
+"""student_mistakes.py: the exercise's likely mistakes, each laid over the answer key (or
+over day87_fast, day 88's solution), must be named.
 
     python checks/student_mistakes.py              # every mistake this machine can show
     python checks/student_mistakes.py --on-gpu     # on a GPU: those a GPU shows, and those
@@ -10,22 +10,30 @@ Each mistake is one text edit (or a few) of a file of the solved lesson (checks/
 --key: the answer key on a copy). On that copy `python test_op.py` runs as a student
 runs it, and the mistake is named when the row it belongs to FAILs with words that
 give its cause and where the fix goes (or, for a build that fails, when the import's
-error does, its first lines naming the cause, and the next import's again). The grader must
-never give the exercise's answer away: a run whose output holds any of ANSWER_WORDS
-does not name its mistake, whatever its row says. The copies share one build cache:
+error does, its first lines naming the cause, and the next import's again). A mistake in
+fast/src/day87_fast/ is laid over a copy of the installed day87_fast (its libraries with
+it), and fast/'s table (`python -m tests.test_fast`) must name it the same way; without
+day87_fast installed it is skipped. The grader must never give the exercise's answer
+away: a run whose output holds any of ANSWER_WORDS does not name its mistake, whatever its
+row says. The copies share one build cache:
 a mistake in op.py alone reuses the key's build. Every machine here needs nvcc (CI has
 it): the builds, kernel.cu's compile error and row 14, "gate.cu", use it. A
 mistake that only a GPU shows is skipped without one; --on-gpu runs those and the ones
 whose CUDA rows answer too. The exit status is the number of mistakes not named.
 """
 
+import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
 
-from solved import solved_copy
+from solved import LESSON, solved_copy
+
+# A mistake in a file under this folder is day87_fast's, laid over its installed package.
+FAST_PACKAGE = "fast/src/day87_fast/"
 
 # The kernel's store in the key: the four outputs of one row, the bias added where one is given.
 KEY_GUARD = "if (operands.bias)  // bias[j] is added to every row of column j, once"
@@ -35,7 +43,8 @@ KEY_STORE_ADD = f'''    {KEY_GUARD}
 '''
 
 # (mistake, file, the key's text, the mistake's text, where it must show, words it must say, where
-# it runs). "where" is a row of test_op.py, "any row" (the first row to fail), or "import". A
+# it runs). "where" is a row of test_op.py (of fast/'s table for a file under FAST_PACKAGE), "any
+# row" (the first row to fail), or "import". A
 # mistake of several edits gives lists of texts. A word is a string, or a pattern where only its
 # form is known (a line number). It runs on "cpu" (every machine, CI), "gpu" (a GPU shows it), or
 # "both": everywhere, and again with --on-gpu, where the CUDA rows answer it too.
@@ -58,6 +67,19 @@ MISTAKES = [
     return a.new_empty((a.shape[0], b.shape[1]), dtype=a.dtype)''',
      "6 exercise: fake",
      ["the fake gives 256x384 torch.float16", "torch.float32 (accumulate_dtype)"], "both"),
+    # The accumulate dtype asked for before a and b's rules: for a float32 a the fake raises
+    # accumulate_dtype's TypeError, where eager names rule 'dtype'.
+    ("the fake computes the accumulate dtype first", "op.py",
+     ['''    torch._check(bias.device == a.device,
+''', '''    wide = accumulate_dtype(a.dtype)
+    torch._check(bias.dtype == wide,'''],
+     ['''    wide = accumulate_dtype(a.dtype)
+    torch._check(bias.device == a.device,
+''', "    torch._check(bias.dtype == wide,"],
+     "6 exercise: contract",
+     ["a in float32 (fake cpu): the fake raised", "day87: no accumulate dtype",
+      "where the CPU implementation raised", "rule 'dtype'",
+      "fake checks binding.cpp's rules in binding.cpp's order"], "cpu"),
     ("setup_context saves the bias instead of a and b", "op.py",
      "_setup_context(ctx, inputs[:2], output))", "ctx.save_for_backward(inputs[2]))",
      "6 exercise: gradient", ["not enough values to unpack", "op.py:", "setup_context saves"],
@@ -202,6 +224,18 @@ MISTAKES = [
      "checkContractWithBias(op, a, b, bias.contiguous(), at::kHalf,",
      "6 exercise: contract",
      ["a strided bias (every second value) (cuda): the call returned a wrong answer"], "gpu"),
+    # day87_fast: its _fake_bias as it once was, the accumulate dtype asked for first.
+    ("day87_fast: the fake computes the accumulate dtype first", f"{FAST_PACKAGE}__init__.py",
+     ['''    op_name, described = "day87_fast::wmma_mm_bias", lesson_copy.described
+''', '''    accumulate = lesson_copy.accumulate_dtype(a.dtype)
+    torch._check(bias.dtype == accumulate,'''],
+     ['''    op_name, described = "day87_fast::wmma_mm_bias", lesson_copy.described
+    accumulate = lesson_copy.accumulate_dtype(a.dtype)
+''', "    torch._check(bias.dtype == accumulate,"],
+     "6 exercise: contract",
+     ["a in float32 (fake cpu): the fake raised", "day87_fast: no accumulate dtype",
+      "where the CPU implementation raised", "rule 'dtype'",
+      "fake checks fast/csrc/binding.cpp's rules in its order"], "cpu"),
 ]
 
 # The exercise's answer, or words that spell it: no message of the grader may hold one.
@@ -237,24 +271,51 @@ def row_text(output, where):
     return None
 
 
+def fast_package_copy(destination):
+    """(a copy of the installed day87_fast in `destination`, where it was copied from), or
+    (None, why there is none)."""
+    if not os.path.isdir(os.path.join(LESSON, "fast")):
+        return None, "no fast/ beside the lesson"
+    found = importlib.util.find_spec("day87_fast")  # where it is, without loading its library
+    if found is None:
+        return None, "day87_fast is not installed (pip install --no-build-isolation ./fast)"
+    package = os.path.join(destination, "day87_fast")
+    shutil.copytree(os.path.dirname(found.origin), package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return package, os.path.dirname(found.origin)
+
+
+def fast_table(package):
+    """fast/'s table on the copy `package`, from outside the clone as .ci/run runs it: the
+    copy first on the path, then fast/ for its tests. The build cache is the caller's: the
+    table builds the unsolved lesson, which it compares against."""
+    path = os.pathsep.join([os.path.dirname(package), os.path.join(LESSON, "fast")])
+    return subprocess.run([sys.executable, "-m", "tests.test_fast"], cwd=os.path.dirname(package),
+                          env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True,
+                          timeout=1200)
+
+
 def try_mistake(copy, cache, mistake):
-    """(named, what the student is told) for one mistake on `copy`."""
+    """(named, what the student is told) for one mistake on `copy`: the solved lesson, or
+    for a file under FAST_PACKAGE, the copy of day87_fast."""
     name, file, old, new, where, words, _ = mistake
-    path = os.path.join(copy, file)
+    fast = file.startswith(FAST_PACKAGE)
+    path = os.path.join(copy, file[len(FAST_PACKAGE):] if fast else file)
     with open(path) as source:
         text = source.read()
     edited = text
     for before, after in zip(*((old, new) if isinstance(old, list) else ([old], [new]))):
         if edited.count(before) != 1:
-            return False, (f"the answer key no longer has the text this mistake edits "
-                           f"({file}: {before[:60]!r})")
+            return False, (f"{'day87_fast' if fast else 'the answer key'} no longer has the "
+                           f"text this mistake edits ({file}: {before[:60]!r})")
         edited = edited.replace(before, after)
     with open(path, "w") as source:
         source.write(edited)
     try:
         env = dict(os.environ, TORCH_EXTENSIONS_DIR=cache)
-        run = subprocess.run([sys.executable, "test_op.py"], cwd=copy, env=env, capture_output=True,
-                             text=True, timeout=1200)
+        run = fast_table(copy) if fast else subprocess.run(
+            [sys.executable, "test_op.py"], cwd=copy, env=env, capture_output=True, text=True,
+            timeout=1200)
         if where == "import":
             # The import's error, from its first line: the cause comes first, then the build's log.
             # The next import, from a warm cache where the library built, must say it again.
@@ -298,21 +359,28 @@ def main():
     with tempfile.TemporaryDirectory(prefix="day87-mistakes-") as scratch:
         copy, cache = os.path.join(scratch, "solved"), os.path.join(scratch, "cache")
         print(f"student_mistakes: each mistake laid over {solved_copy(copy, from_key=True)}, "
-              "one at a time\n")
-        print(f"{'mistake':<50}{'verdict':<12}what the student is told")
+              "one at a time")
+        fast_copy, fast_source = fast_package_copy(os.path.join(scratch, "fast-package"))
+        print(f"day87_fast's over a copy of {fast_source}\n" if fast_copy else
+              f"day87_fast's skipped: {fast_source}\n")
+        print(f"{'mistake':<58}{'verdict':<12}what the student is told")
         for mistake in MISTAKES:
             name, runs_on = mistake[0], mistake[-1]
+            fast = mistake[1].startswith(FAST_PACKAGE)
             if on_gpu and runs_on == "cpu":
                 continue
             if runs_on == "gpu" and not have_gpu:
-                print(f"{name:<50}{'skip':<12}a GPU shows this one, and none is visible")
+                print(f"{name:<58}{'skip':<12}a GPU shows this one, and none is visible")
                 continue
-            named, told = try_mistake(copy, cache, mistake)
+            if fast and not fast_copy:
+                print(f"{name:<58}{'skip':<12}{fast_source}")
+                continue
+            named, told = try_mistake(fast_copy if fast else copy, cache, mistake)
             unnamed += not named
             first, *rest = told.splitlines() or [""]
-            print(f"{name:<50}{'named' if named else 'NOT NAMED':<12}{first[:400]}", flush=True)
+            print(f"{name:<58}{'named' if named else 'NOT NAMED':<12}{first[:400]}", flush=True)
             for line in rest:
-                print(f"{'':<62}{line.strip()[:400]}")
+                print(f"{'':<70}{line.strip()[:400]}")
     print(f"\nstudent_mistakes: {unnamed} mistake(s) not named")
     sys.exit(unnamed)
 

@@ -54,6 +54,9 @@ class FastOperator(test_op.Operator):
                     "STABLE_TORCH_LIBRARY_IMPL(day87_fast, {device}, m) needs an m.impl spelt "
                     "as in the schema, its function wrapped in TORCH_BOX.")
     exercise_hint = "Hint {number} in the lesson's README.md exercise applies."
+    fake_order_hint = ("{file}'s fake checks fast/csrc/binding.cpp's rules in its order: a and "
+                       "b's (lesson_copy.check_matrices) before anything that needs a's dtype "
+                       "(accumulate_dtype has none for float32)")
 
     def __init__(self, module):
         super().__init__(module.NAMESPACE, module, build=installed_build_facts(module))

@@ -18,7 +18,7 @@ import test_op  # noqa: E402
 from tests.test_fast import FAST  # noqa: E402
 
 HINTS = ["gate_hint", "gate_compile_hint", "exercise_hint", "no_impl_hint", "no_fake_hint",
-         "no_backward_hint", "none_gradient_hint"]
+         "fake_order_hint", "no_backward_hint", "none_gradient_hint"]
 LESSON_ONLY = re.compile(r"(?<![\w/])(kernel\.cu|binding\.cpp)|\(day87,|day87::")
 
 

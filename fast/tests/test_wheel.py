@@ -9,7 +9,8 @@ package (`pip install --no-build-isolation ./fast`).
 - The package stands alone: importing it imports nothing from the lesson's folder.
 - Its copies of the lesson hold: fast/csrc/binding.cpp's messages equal the lesson's
   binding.cpp's, whole, for the same bad calls; lesson_copy.py's Python checks equal
-  op.py's; its backward formula gives op.py's gradients.
+  op.py's, and its accumulate_dtype too, but for one departure: its refusal names
+  day87_fast, not the lesson's namespace; its backward formula gives op.py's gradients.
 - setup.py: sm_90a joins a list that names 9.0, and only such a list; a compiler that links
   libstdc++ statically is caught before it builds; a toolkit without cuBLAS is refused,
   cuBLAS named.
@@ -145,6 +146,17 @@ def test_python_checks_equal_the_lessons(wrong, a, b):
                 == message_of(op.check_tensors, "day87::wmma_mm", value, b))
     copied_tile = (lesson_copy.TILE_M, lesson_copy.TILE_N, lesson_copy.TILE_K)
     assert copied_tile == (op.TILE_M, op.TILE_N, op.TILE_K), copied_tile
+
+
+def test_accumulate_dtype_equals_the_lessons():
+    import op
+    for dtype in (torch.float16, torch.float64):
+        assert lesson_copy.accumulate_dtype(dtype) == op.accumulate_dtype(dtype), dtype
+    # The departure: nothing the package prints names the lesson's namespace.
+    copied = message_of(lesson_copy.accumulate_dtype, torch.float32)
+    lessons = message_of(op.accumulate_dtype, torch.float32)
+    assert copied == lessons.replace("day87:", "day87_fast:", 1), copied
+    assert "day87:" in lessons and "day87:" not in copied, (lessons, copied)
 
 
 def test_backward_formula_equals_the_lessons():

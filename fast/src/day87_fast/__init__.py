@@ -50,7 +50,6 @@ def _fake_bias(a, b, bias):
     # the bias's shape and dtype (its contiguity, like a and b's, is not the fake's
     # to check: a fake tensor's strides under compile need not be eager's).
     op_name, described = "day87_fast::wmma_mm_bias", lesson_copy.described
-    accumulate = lesson_copy.accumulate_dtype(a.dtype)
     torch._check(bias.device == a.device, lambda: (
         f"{op_name}: rule 'one device': bias must be on a's device; "
         f"got a: {described(a)}, bias: {described(bias)}"))
@@ -58,6 +57,9 @@ def _fake_bias(a, b, bias):
     torch._check(bias.dim() == 1 and bias.shape[0] == b.shape[1], lambda: (
         f"{op_name}: rule 'bias': bias must be 1-D with one value per column of b; "
         f"got bias: {described(bias)}, b: {described(b)}"))
+    # Only now, a's dtype past its rule: accumulate_dtype has no answer for a float32 a,
+    # and its TypeError would stand where eager names rule 'dtype'.
+    accumulate = lesson_copy.accumulate_dtype(a.dtype)
     torch._check(bias.dtype == accumulate, lambda: (
         f"{op_name}: rule 'dtype': on {bias.device} bias must be "
         f"{lesson_copy.scalar_type(accumulate)}; got bias: {described(bias)}"))

@@ -21,10 +21,11 @@ def check_tensors(op_name, a, b):  # of None the dispatcher says only "no device
 
 
 def accumulate_dtype(input_dtype):
-    """FP16 accumulates and is stored in FP32; the float64 reference path stays float64."""
+    """FP16 accumulates and is stored in FP32; the float64 reference path stays float64.
+    Its refusal names this package, where op.py's names the lesson's namespace."""
     widened = {torch.float16: torch.float32, torch.float64: torch.float64}
     if input_dtype not in widened:
-        raise TypeError(f"day87: no accumulate dtype for {input_dtype}; the operators take "
+        raise TypeError(f"day87_fast: no accumulate dtype for {input_dtype}; the operators take "
                         "torch.float16 (CUDA) or torch.float64 (CPU)")
     return widened[input_dtype]
 
