@@ -22,6 +22,7 @@ import os
 import torch
 
 from . import lesson_copy
+from .linear import Linear  # noqa: F401  nn.Linear's drop-in, on this operator
 
 NAMESPACE = "day87_fast"
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -20,6 +20,12 @@ def check_tensors(op_name, a, b):  # of None the dispatcher says only "no device
                             f"got {type(value).__name__}")
 
 
+def input_dtype_on(device):
+    """What the operators take and compute in on `device`: FP16 on CUDA, float64 elsewhere
+    (the CPU reference)."""
+    return torch.float16 if device.type == "cuda" else torch.float64
+
+
 def accumulate_dtype(input_dtype):
     """FP16 accumulates and is stored in FP32; the float64 reference path stays float64."""
     widened = {torch.float16: torch.float32, torch.float64: torch.float64}
@@ -37,7 +43,7 @@ def check_matrices(op_name, a, b):
                         f"got a: {described(a)}, b: {described(b)}")
     torch._check(a.dim() == 2 and b.dim() == 2, broke("two matrices", "a and b must be 2-D"))
     torch._check(a.device == b.device, broke("one device", "a and b must be on the same device"))
-    expected = torch.float16 if a.device.type == "cuda" else torch.float64
+    expected = input_dtype_on(a.device)
     torch._check(a.dtype == expected and b.dtype == expected,
                  broke("dtype", f"on {a.device} a and b must be {scalar_type(expected)}"))
     torch._check(a.shape[1] == b.shape[0],
