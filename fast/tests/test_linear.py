@@ -1,4 +1,5 @@
-"""test_linear.py: day87_fast.Linear drops in for torch.nn.Linear, checked on the CPU.
+"""test_linear.py: day87_fast.Linear drops in for torch.nn.Linear, checked on the CPU, and
+on CUDA where a GPU is visible.
 
     cd fast && python -m pytest tests/test_linear.py
 
@@ -13,6 +14,9 @@
   copies it into the weight's layout).
 - torch.compile(fullgraph=True, dynamic=True): one graph for batches of 7, 129 and 3 rows,
   equal to nn.Linear, with no copy of the weight either.
+- On CUDA (skipped without a GPU): autocast's casts, one each of the weight and the input
+  where the parameters are FP32 and none where they are FP16; the transpose copied
+  explicitly (one aten::clone); FP32 out, close to nn.Linear's under autocast.
 """
 
 import pytest
@@ -202,3 +206,26 @@ def test_compiled_dynamic_batch_equals_nn_linear_and_copies_nothing():
             torch.testing.assert_close(mine, other)
     assert counter.frame_count == 1, f"{counter.frame_count} graphs for one dynamic batch"
     assert copies_of_the_weight(layer, call=compiled, rows=5) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype, casts", [(torch.float32, 2), (torch.float16, 0)],
+                         ids=["FP32 parameters", "FP16 parameters"])
+def test_cuda_casts_as_autocast_and_copies_the_transpose_explicitly(dtype, casts):
+    # On CUDA: one FP16 cast each of the weight and the input where the parameters are FP32,
+    # none where they are FP16; the transpose's copy made explicitly (aten::clone of the
+    # weight's transpose) until the kernels read a column-major b; FP32 out, as autocast's.
+    reference = torch.nn.Linear(256, 128, device="cuda")
+    layer = day87_fast.Linear(256, 128, device="cuda", dtype=dtype)
+    layer.load_state_dict(reference.state_dict())
+    x = torch.randn(128, 256, device="cuda", dtype=dtype)  # FP16 parameters, FP16 input
+    with torch.profiler.profile(record_shapes=True) as profile:
+        got = layer(x)
+    names = [event.name for event in profile.events()]
+    assert names.count("aten::_to_copy") == casts, names
+    clones = [event.input_shapes for event in profile.events() if event.name == "aten::clone"]
+    assert clones == [[[256, 128], []]], clones
+    assert got.dtype == torch.float32 and got.shape == (128, 128)
+    with torch.autocast("cuda", dtype=torch.float16):
+        expected = reference(x)
+    torch.testing.assert_close(got, expected.float(), rtol=1e-2, atol=1e-2)
