@@ -22,13 +22,13 @@ as a user of nn.Linear runs it today. The variants (--variants, a comma-separate
 
 For each variant, after its training steps (one line every tenth of them):
 - its loss at every step, and the validation loss (the last tenth of the text, in the
-  model's eager form) before and after training;
-- wall: the step's wall time, TIMED steps back to back and one synchronize;
+  model's eager form) before and after training; the steps its GradScaler skipped;
+- wall: the step's wall time, Config.timed steps back to back and one synchronize;
 - host: the step's call with the GPU idle before it (synchronized first), the median of
-  HOST steps: what the host spends issuing one step, launches included;
-- with --profile: torch.profiler over PROFILED steps, the GPU time (the CPU's, on the CPU)
-  of each kernel, grouped as kernel_groups.py says, and the launches per step; with
-  --traces, each variant's Chrome trace in OUT/traces (never in the repository).
+  Config.host steps: what the host spends issuing one step, launches included;
+- with --profile: torch.profiler over Config.profiled steps, the GPU time (the CPU's, on
+  the CPU) of each kernel, grouped as kernel_groups.py says, and the launches per step;
+  with --traces, each variant's Chrome trace in OUT/traces (never in the repository).
 
 The checks, each stated with its tolerance (TOLERANCES), fail the run (exit status 1):
 - the loss falls: the validation loss after training is at most LOSS_FALL times its value
@@ -83,12 +83,12 @@ class Config(NamedTuple):
 
 CONFIGS = {
     # M = batch x sequence = 4096 rows; every K and N (384, 1152, 1536) a multiple of 128.
-    # 300 steps of 4096 characters read the training text about twice: the loss still
-    # falls, and the model is too small to have learnt it by heart.
+    # 300 steps of 4096 characters read the training text about twice; the validation
+    # loss, on text the model never reads, shows whether it learnt the text by heart.
     "cuda": Config(layers=4, width=384, heads=6, sequence=256, batch=16, steps=300,
                    learning_rate=1e-3, validation_batches=8, timed=20, host=10, profiled=3,
                    dtype=torch.float32, variants=VARIANTS),
-    # Seconds on a CPU: CI's. No compiled variant: compiling needs a C++ build per variant.
+    # Seconds on a CPU: CI's. No compiled variant: on the CPU, Inductor builds C++ for each.
     "cpu": Config(layers=2, width=32, heads=2, sequence=32, batch=4, steps=30,
                   learning_rate=3e-3, validation_batches=4, timed=3, host=3, profiled=2,
                   dtype=torch.float64, variants=VARIANTS[:3]),
@@ -253,11 +253,11 @@ def failed_checks(results, tolerance):
                             f"{LOSS_FALL} times that")
         if reference is None or result is reference:
             continue
-        steps = worst_step(result, reference)
-        if steps[0] > tolerance.step:
-            failures.append(f"{result.name}: rule 'equal to torch': its loss at step "
-                            f"{steps[1]} is {result.losses[steps[1] - 1]:.9g}, torch's "
-                            f"{reference.losses[steps[1] - 1]:.9g}: {steps[0]:.3g} apart "
+        largest, at = worst_step(result, reference)
+        if largest > tolerance.step:
+            failures.append(f"{result.name}: rule 'equal to torch': its loss at step {at} is "
+                            f"{result.losses[at - 1]:.9g}, torch's "
+                            f"{reference.losses[at - 1]:.9g}: {largest:.3g} apart "
                             f"(relative), over the tolerance {tolerance.step:g}")
         validation = relative_difference(after, reference.validation[1])
         if validation > tolerance.validation:
@@ -389,19 +389,28 @@ def machine_name(device):
     return next((key.lower() for key in ("H100", "H200") if key in card), "gpu")
 
 
+def checkout():
+    """The lesson's folder's commit, and whether its files differ from it."""
+    try:
+        commit, changed = (subprocess.run(["git", "-C", LESSON, *command], capture_output=True,
+                                          text=True, check=True).stdout.strip()
+                           for command in (["rev-parse", "--short", "HEAD"],
+                                           ["status", "--porcelain"]))
+    except (OSError, subprocess.CalledProcessError):  # no git, or a copy without its history
+        return "no git checkout"
+    return f"commit {commit}{' with changes' if changed else ''}"
+
+
+def card_name(device):
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+
+
 def provenance(device):
-    commit = subprocess.run(["git", "-C", LESSON, "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True)
-    changed = subprocess.run(["git", "-C", LESSON, "status", "--porcelain"],
-                             capture_output=True, text=True).stdout.strip()
-    source = (f"commit {commit.stdout.strip()}{' with changes' if changed else ''}"
-              if commit.returncode == 0 else "no git checkout")
-    card = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     now = datetime.datetime.now(datetime.timezone.utc)
-    return (f"{now:%Y-%m-%d %H:%M:%S} UTC; {card}; torch {torch.__version__}, CUDA "
+    return (f"{now:%Y-%m-%d %H:%M:%S} UTC; {card_name(device)}; torch {torch.__version__}, CUDA "
             f"{torch.version.cuda}; day87_fast {importlib.metadata.version('day87_fast')} "
-            f"({model.day87_fast.BUILD['architectures'] or 'CPU'}); the lesson's "
-            f"{model.op.BUILD['library']}; {source}")
+            f"(built for {model.day87_fast.BUILD['architectures']}); the lesson's "
+            f"{model.op.BUILD['library']}; {checkout()}")
 
 
 class Tee:
@@ -420,7 +429,10 @@ class Tee:
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m day88.train", description="Day 88: a small transformer trained "
+        "through nn.Linear, the lesson's operator and day87_fast.Linear, profiled down to the "
+        "kernel (fast/day88/README.md).")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         choices=["cuda", "cpu"])
     parser.add_argument("--variants", help=f"comma-separated, of {', '.join(VARIANTS)} "
@@ -436,6 +448,9 @@ def parse(argv):
     parser.add_argument("--traces", action="store_true",
                         help="with --profile, each variant's Chrome trace in OUT/traces")
     arguments = parser.parse_args(argv)
+    if arguments.device == "cuda" and not torch.cuda.is_available():
+        parser.error("rule '--device': no CUDA device here; --device cpu runs the tiny "
+                     "configuration")
     config = CONFIGS[arguments.device]
     variants = arguments.variants.split(",") if arguments.variants else config.variants
     unknown = [name for name in variants if name not in VARIANTS]
@@ -456,9 +471,11 @@ def parse(argv):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     arguments, config, variants = parse(argv)
     device = torch.device(arguments.device)
-    stem = f"{machine_name(device)}-{datetime.datetime.now():%Y-%m-%d-%H%M}-day88-train"
+    now = datetime.datetime.now(datetime.timezone.utc)  # results/ names its files in UTC
+    stem = f"{machine_name(device)}-{now:%Y-%m-%d-%H%M}-day88-train"
     picture_path = arguments.picture or (arguments.out and
                                          os.path.join(arguments.out, f"{stem}.svg"))
     with contextlib.ExitStack() as stack:
@@ -466,18 +483,18 @@ def main(argv=None):
             os.makedirs(arguments.out, exist_ok=True)
             log = stack.enter_context(open(os.path.join(arguments.out, f"{stem}.log"), "w"))
             stack.enter_context(contextlib.redirect_stdout(Tee(sys.stdout, log)))
-        status = run(arguments, config, variants, device, picture_path)
+        status = run(argv, arguments, config, variants, device, picture_path)
     return status
 
 
-def run(arguments, config, variants, device, picture_path):
+def run(argv, arguments, config, variants, device, picture_path):
     started = time.perf_counter()
     if device.type == "cpu":
         # The tiny configuration's products are too small to share out between threads,
         # and where the cores are busy with other work, threads that wait on each other
         # made the same run several times slower: one thread keeps it to seconds.
         torch.set_num_threads(1)
-    print(f"day88.train {' '.join(sys.argv[1:])}: {provenance(device)}")
+    print(f"day88.train {' '.join(argv)}: {provenance(device)}")
     corpus = model.read_corpus()
     print(f"corpus: {corpus.files} Markdown and Python files, {len(corpus.train)} characters "
           f"to train on and {len(corpus.validation)} held out, sha256 {corpus.digest[:16]}; "
@@ -509,8 +526,7 @@ def run(arguments, config, variants, device, picture_path):
                      in result.profile.groups.items()}, result.wall, result.losses)
                  for result in results if result.not_run is None]
         title = (f"day 88: {config.layers} x {config.width}, sequence {config.sequence}, batch "
-                 f"{config.batch}, {config.steps} steps; "
-                 f"{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'}")
+                 f"{config.batch}, {config.steps} steps; {card_name(device)}")
         pathlib.Path(picture_path).write_text(picture.training_svg(title, timed_on, drawn))
         print(f"picture: {picture_path}")
     failures = failed_checks(results, tolerance)
