@@ -3,7 +3,9 @@
     cd fast && python -m tests.test_fast
 
 The lesson's rows 1 to 14, the exercise's included: check 6 grades this folder's own
-wmma_mm_bias. Row 13 is fast/'s (tests/scaled_backward_checks.py): the lesson's
+wmma_mm_bias. Rows 1 and "3 opcheck, cpu f64" are fast/'s where its contract departs from
+the lesson's (tests/layout_checks.py: b column-major and any M on the CPU; the CUDA
+refusals saying so). Row 13 is fast/'s (tests/scaled_backward_checks.py): the lesson's
 gradients, bounded with the allowance for grad rounded to FP16. After row 14 come
 its own row, "13 backward accuracy, scaled", and checks/hardening.py's rows 15 and
 16 (row 16 with the same allowance). The same provenance and closing line as
@@ -28,6 +30,7 @@ import day87_fast  # noqa: E402  the installed package
 import hardening  # noqa: E402
 import op  # noqa: E402  the lesson's: its toolkit, for row 14's gate
 import test_op  # noqa: E402
+from tests import layout_checks  # noqa: E402
 from tests.scaled_backward_checks import (BACKWARD_ACCURACY_ROW,  # noqa: E402
                                           SCALED_BACKWARD_ROW, gradient_allowance)
 
@@ -90,12 +93,15 @@ def with_operator(rows, operator):
 
 
 def fast_rows(operator=FAST):
-    """The lesson's rows 1 to 14 with row 13 this folder's, then the rows of its own."""
+    """The lesson's rows 1 to 14 with rows 1, 3 (CPU) and 13 this folder's, then the rows
+    of its own."""
     rows = test_op.lesson_rows(operator)
-    # The lesson's row 13 bounds the error of its FP32 backward; this one rounds grad
-    # to FP16 first. index() raises where the lesson's table has no such row.
-    row_13 = [name for name, _, _ in rows].index(BACKWARD_ACCURACY_ROW[0])
-    rows[row_13:row_13 + 1] = with_operator([BACKWARD_ACCURACY_ROW], operator)
+    # Rows 1 and 3 (CPU) where the contract departs from the lesson's; row 13: the lesson's
+    # bounds the error of its FP32 backward, and this one rounds grad to FP16 first.
+    # index() raises where the lesson's table has no such row.
+    for own_row in with_operator([*layout_checks.ROWS, BACKWARD_ACCURACY_ROW], operator):
+        replaced = [name for name, _, _ in rows].index(own_row[0])
+        rows[replaced] = own_row
     return rows + with_operator([SCALED_BACKWARD_ROW, *hardening.ROWS], operator)
 
 

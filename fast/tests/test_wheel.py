@@ -9,7 +9,10 @@ package (`pip install --no-build-isolation ./fast`).
 - The package stands alone: importing it imports nothing from the lesson's folder.
 - Its copies of the lesson hold: fast/csrc/binding.cpp's messages equal the lesson's
   binding.cpp's, whole, for the same bad calls; lesson_copy.py's Python checks equal
-  op.py's; its backward formula gives op.py's gradients.
+  op.py's; its backward formula gives op.py's gradients. Where day87_fast departs, this
+  file states how (DEPARTURES): its CPU reference takes b column-major, its 'contiguous'
+  message names both of b's layouts, and its CUDA refusal of a ragged M says what the CPU
+  takes, in the binding's words and the fake's alike.
 - setup.py: sm_90a joins a list that names 9.0, and only such a list; a compiler that links
   libstdc++ statically is caught before it builds; a toolkit without cuBLAS is refused,
   cuBLAS named.
@@ -91,6 +94,8 @@ def bad_cpu_calls():
         ("float32", double(3, 4).float(), double(4, 5)),
         ("float16 and float64", double(3, 4).half(), double(4, 5)),
         ("a transposed", double(4, 3).t(), double(4, 5)),
+        ("b column-major", double(3, 4), double(5, 4).t()),
+        ("b every second column", double(3, 4), double(4, 10)[:, ::2]),
         ("inner dimensions", double(3, 4), double(5, 5)),
         ("a view off 16 bytes", offset, double(4, 5)),
         ("empty, fine", double(0, 4), double(4, 5)),
@@ -109,11 +114,51 @@ def lesson_words(message):
     return message.replace("day87_fast::", "day87::")
 
 
+# Where day87_fast's binding departs from the lesson's (fast/src/day87_fast/layouts.py): the
+# bad CPU calls whose outcome differs, each with how it follows from the lesson's. Every
+# other call's message is the lesson's, whole.
+LESSONS_CONTIGUOUS = "a and b must be row-major contiguous"
+FAST_CONTIGUOUS = ("a must be row-major contiguous, and b row-major (strides (N, 1)) or "
+                   "column-major (strides (1, K))")
+DEPARTURES = {
+    "b column-major": lambda lessons: "no error",  # the CPU reference reads it in place
+    "a transposed": lambda lessons: lessons.replace(LESSONS_CONTIGUOUS, FAST_CONTIGUOUS),
+    "b every second column": lambda lessons: lessons.replace(LESSONS_CONTIGUOUS,
+                                                             FAST_CONTIGUOUS),
+}
+
+
 @pytest.mark.parametrize("wrong, a, b", bad_cpu_calls(), ids=[row[0] for row in bad_cpu_calls()])
 def test_binding_messages_equal_the_lessons(wrong, a, b):
     import op
     ours = message_of(torch.ops.day87_fast.wmma_mm, a, b)
-    assert lesson_words(ours) == message_of(torch.ops.day87.wmma_mm, a, b), ours
+    lessons = message_of(torch.ops.day87.wmma_mm, a, b)
+    if wrong in DEPARTURES:
+        assert LESSONS_CONTIGUOUS in lessons, lessons  # the lesson refuses it, by that rule
+    assert lesson_words(ours) == DEPARTURES.get(wrong, lambda said: said)(lessons), ours
+
+
+@pytest.mark.parametrize("m, n", [(100, 128), (128, 100), (100, 100)],
+                         ids=["M ragged", "N ragged", "both ragged"])
+def test_cuda_tile_messages_depart_for_a_ragged_m(m, n):
+    # The fake's CUDA rules, on fake CUDA tensors (no GPU needed): the tile message is
+    # op.py's, with RAGGED_M_ON_CUDA after it where M breaks the rule.
+    import op
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        a = torch.empty(m, 16, dtype=torch.half, device="cuda")
+        b = torch.empty(16, n, dtype=torch.half, device="cuda")
+        copied = message_of(lesson_copy.check_matrices, "day87::wmma_mm", a, b)
+        lessons = message_of(op.check_matrices, "day87::wmma_mm", a, b)
+    assert "rule 'tile'" in lessons, lessons
+    note = f"; {lesson_copy.RAGGED_M_ON_CUDA}" if m % lesson_copy.TILE_M else ""
+    assert copied == lessons + note, copied
+
+
+def test_binding_and_fake_say_the_ragged_m_note_alike():
+    # The CUDA binding's note cannot run here: its text is read from binding.cpp.
+    from tests.layout_checks import binding_text
+    assert binding_text("kRaggedMOnCuda") == lesson_copy.RAGGED_M_ON_CUDA
 
 
 @pytest.mark.parametrize("bias", [torch.randn(4, dtype=torch.float64),

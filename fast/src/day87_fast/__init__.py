@@ -5,14 +5,15 @@ wmma_mm made fast. Open it after your own attempt at the exercise.
     import day87_fast
     c = day87_fast.wmma_mm(a, b)               # the lesson's contract and dtypes
     c = day87_fast.wmma_mm_bias(a, b, bias)    # a @ b + bias, added in the kernel's store
+    layer = day87_fast.Linear(768, 3072)       # nn.Linear's drop-in (linear.py)
 
 Built ahead of time on the LibTorch stable ABI (fast/setup.py): importing loads a library
 and compiles nothing. The wheel holds two: one with the CUDA kernels, for a torch built
 with CUDA, and one of the float64 CPU reference alone, for a torch built without.
 
 What this file adds to fast/csrc/binding.cpp's registrations: the fakes, the autograd
-formulas (the tensor-core backward on CUDA, the lesson's float64 formula elsewhere), and
-wmma_mm_bias's. What it shares with the lesson's op.py is copied in lesson_copy.py.
+formulas (the tensor-core backward on CUDA, the lesson's float64 formula elsewhere, with
+b's gradient in b's layout: layouts.py), and wmma_mm_bias's. What it shares with the lesson's op.py is copied in lesson_copy.py.
 """
 
 import glob
@@ -21,7 +22,7 @@ import os
 
 import torch
 
-from . import lesson_copy
+from . import layouts, lesson_copy
 from .linear import Linear  # noqa: F401  nn.Linear's drop-in, on this operator
 
 NAMESPACE = "day87_fast"
@@ -70,7 +71,7 @@ def _backward(ctx, grad):
     # a Hessian-vector product): then the formula must itself be differentiable, and
     # the lesson's two matmuls are. So is the float64 path.
     if not grad.is_cuda or torch.is_grad_enabled():
-        return lesson_copy.backward_formula(ctx, grad)
+        return layouts.backward_formula(ctx, grad)
     # The same two products on tensor cores, in one call: fast/csrc/binding.cpp's
     # wmmaMmBackwardCuda. It returns None where that gradient is not wanted
     # (setup_context saved only the partner of each wanted gradient).
@@ -87,7 +88,7 @@ def _fake_backward(grad, a, b):
 
 def _setup_context_bias(ctx, inputs, output):
     # grad_a and grad_b need what wmma_mm's need; grad_bias needs no saved value.
-    lesson_copy.setup_context(ctx, inputs[:2], output)
+    layouts.setup_context(ctx, inputs[:2], output)
 
 
 def _backward_bias(ctx, grad):
@@ -104,7 +105,7 @@ def _register():
     library = torch.library.Library(NAMESPACE, "FRAGMENT")
     torch.library.register_fake("day87_fast::wmma_mm", _fake, lib=library)
     torch.library.register_autograd("day87_fast::wmma_mm", _backward,
-                                    setup_context=lesson_copy.setup_context, lib=library)
+                                    setup_context=layouts.setup_context, lib=library)
     torch.library.register_fake("day87_fast::wmma_mm_backward", _fake_backward, lib=library)
     torch.library.register_fake("day87_fast::wmma_mm_bias", _fake_bias, lib=library)
     torch.library.register_autograd("day87_fast::wmma_mm_bias", _backward_bias,

@@ -1,16 +1,22 @@
 """What day87_fast shares with the lesson's op.py, copied once: the Python side of the
-contract (its rules and messages, in the fake's words), the tile, setup_context and the
-float64 and double-backward formula.
+contract (its rules and messages, in the fake's words), the tile and setup_context.
 
 Copied, not imported: the installed package stands alone, with no lesson folder beside it.
 fast/tests/test_wheel.py holds each copy to the lesson's op.py: the same messages for the
-same bad inputs, the same gradients.
+same bad inputs, and states where day87_fast departs (RAGGED_M_ON_CUDA below). The float64
+and double-backward formula, which gives a column-major b its gradient in its own layout, is
+layouts.py's; test_wheel.py holds its gradients to op.py's.
 """
 
 import torch
 
 # The tile the CUDA kernel needs M, N and K to divide (op.py's TILE_M, TILE_N, TILE_K).
 TILE_M, TILE_N, TILE_K = 128, 128, 16
+
+# Where day87_fast departs from op.py: the CUDA refusal of a ragged M says what the CPU
+# takes (fast/csrc/binding.cpp's kRaggedMOnCuda, word for word).
+RAGGED_M_ON_CUDA = ("the CPU reference takes any M; CUDA will once a GPU run proves its "
+                    "kernels' masked tail rows")
 
 
 def check_tensors(op_name, a, b):  # of None the dispatcher says only "no device"
@@ -49,10 +55,14 @@ def check_matrices(op_name, a, b):
     torch._check(a.shape[1] == b.shape[0],
                  broke("inner dimensions", "a.size(1) must equal b.size(0)"))
     if a.device.type == "cuda":  # one check per size: each becomes a guard of its own
-        for size, tile in ((a.shape[0], TILE_M), (b.shape[1], TILE_N), (a.shape[1], TILE_K)):
-            torch._check(size % tile == 0, lambda: (
+        # M's is first: where M breaks the rule, the message ends with RAGGED_M_ON_CUDA, as
+        # the binding's does.
+        for size, tile, note in ((a.shape[0], TILE_M, f"; {RAGGED_M_ON_CUDA}"),
+                                 (b.shape[1], TILE_N, ""), (a.shape[1], TILE_K, "")):
+            torch._check(size % tile == 0, lambda note=note: (
                 f"{op_name}: rule 'tile': M, N and K must be multiples of {TILE_M}, "
-                f"{TILE_N} and {TILE_K}; got M={a.shape[0]}, N={b.shape[1]}, K={a.shape[1]}"))
+                f"{TILE_N} and {TILE_K}; got M={a.shape[0]}, N={b.shape[1]}, K={a.shape[1]}"
+                f"{note}"))
 
 
 def described(t):  # "[4, 3] Double on cpu", as binding.cpp writes a tensor's sizes, dtype, device
@@ -69,20 +79,3 @@ def setup_context(ctx, inputs, output):
     # grad_b needs a. No copy is made; autograd keeps a reference.
     ctx.save_for_backward(a if ctx.needs_input_grad[1] else None,
                           b if ctx.needs_input_grad[0] else None)
-
-
-def backward_formula(ctx, grad):
-    # c[i][j] = sum_p a[i][p] b[p][j], so dL/da = grad @ b^T and dL/db = a^T @ grad:
-    # two library matmuls in the accumulate dtype, each rounded back to its input's dtype.
-    # Differentiable itself, so it also serves a second derivative.
-    a, b = ctx.saved_tensors
-    grad_a, grad_b = None, None
-    if ctx.needs_input_grad[0]:
-        # a may be None here (saved only when b wants a gradient: setup_context);
-        # b is not, and the contract gives it a's dtype, the one grad_a must have.
-        wide_b = b.transpose(0, 1).to(grad.dtype)
-        grad_a = torch.matmul(grad, wide_b).to(b.dtype)
-    if ctx.needs_input_grad[1]:
-        wide_a = a.transpose(0, 1).to(grad.dtype)
-        grad_b = torch.matmul(wide_a, grad).to(a.dtype)
-    return grad_a, grad_b

@@ -41,10 +41,13 @@ class Linear(torch.nn.Linear):
     - on the CPU, everything is float64, the operator's reference: the weight, input and bias
       are cast to float64 where they are not already, and the output is float64.
 
-    The weight is read where nn.Linear keeps it: b = weight.t(), a (in, out) view with
-    strides (1, in), column-major. No implementation reads a column-major b yet: until a GPU
-    run proves the kernels on it, forward makes the copy explicitly, weight.t().contiguous()
-    (an aten::clone in a profile), on every call.
+    The weight is read where nn.Linear keeps it: b = weight.t(), an (in, out) view with
+    strides (1, in), column-major. On the CPU, with float64 parameters, the reference reads
+    it in place, and the weight's gradient arrives in the weight's own layout: no copy of
+    the weight on either pass. On CUDA, until a GPU run proves the kernels on a column-major
+    b, forward makes the copy explicitly, weight.t().contiguous() (an aten::clone in a
+    profile), at every call; the backward then copies the weight's gradient into the
+    weight's layout too (AccumulateGrad).
 
     Any batch shape (*, in_features) that flattens to rows without a copy: the rows are a,
     which the operator takes row-major, and a copy of them would be hidden in this layer.
