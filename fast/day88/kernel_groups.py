@@ -12,19 +12,22 @@ deciding:
 
 - optimizer: inside the step's OPTIMIZER_SCOPE (train.py names it): GradScaler's unscaling
   and check for infinities, AdamW's update, the scale's update;
-- other, for attention: flash or memory-efficient attention kernels are built from CUTLASS's
-  templates, so their names would read as GEMMs;
+- other, for attention (flash, memory-efficient or cuDNN's): its kernels are built from
+  CUTLASS's templates or wgmma, so their names would read as GEMMs;
 - GEMMs: cuBLAS's kernels, the lesson's and day87_fast's, Triton's matmul templates;
+- an Inductor kernel (torch.compile's), fused from several operators and named after them
+  (triton_poi_fused__to_copy_add_gelu_3), goes by the first of these it holds: a layer
+  norm, softmax, loss or embedding (other); an add, GELU or sum (bias and activation); a
+  clone (copies, a cast fused into the copy included); a cast (casts); else other;
 - casts: anything inside aten::_to_copy (autocast's casts and .to(dtype)), day87_fast's
   scaleToHalfKernel (its backward's FP32 gradient scaled into FP16, launched by the
-  backward's operator), an Inductor kernel fused from casts alone;
+  backward's operator);
 - GEMMs too: a unit whose innermost operator is a product (a cuBLAS kernel without a
   GEMM's name, such as a split-K reduction; on the CPU, the product itself);
 - copies: inside copy_, clone or contiguous (a layout copy such as the lesson variant's
-  weight.t().contiguous()), a memory copy, an Inductor kernel fused from clones alone;
+  weight.t().contiguous()), a memory copy;
 - bias and activation: element-wise adds (the bias, the residual stream, gradients summed),
-  GELU and its backward, the sums that give the bias's gradient; Inductor kernels fused
-  from these (layer norm, softmax, loss and embedding are named first, and stay in other);
+  GELU and its backward, the sums that give the bias's gradient;
 - other: the rest (layer norms, the loss, the embeddings, attention, the data's gather).
 
 So that a reader can check each decision, `grouped` keeps every unit's name and group.
@@ -39,7 +42,7 @@ GROUPS = ("GEMMs", "copies", "casts", "bias and activation", "optimizer", "other
 OPTIMIZER_SCOPE = "optimizer"  # train.py's record_function around the optimizer's step
 
 # Each name is searched for (re.search), case-sensitively unless it says otherwise.
-ATTENTION = re.compile(r"flash|fmha|attention", re.IGNORECASE)
+ATTENTION = re.compile(r"flash|fmha|attention|sdpa", re.IGNORECASE)
 GEMM_KERNELS = re.compile(
     r"gemm|gemv|nvjet|xmma|cutlass|triton_tem_"  # cuBLAS's families, Inductor's templates
     r"|wmmaGemmKernel|splitSumKernel|wmmaClusterSplitKernel"  # kernel.cu's, csrc/'s
@@ -47,12 +50,15 @@ GEMM_KERNELS = re.compile(
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::baddbmm",
             "day87::wmma_mm", "day87_fast::wmma_mm", "day87_fast::wmma_mm_bias",
             "day87_fast::wmma_mm_backward"}
-CAST_KERNELS = re.compile(r"scaleToHalfKernel|^triton_\w+_fused__to_copy_\d+$")
+# Inductor's pointwise, persistent-reduction and reduction kernels: the operators fused
+INDUCTOR_KERNEL = re.compile(r"^triton_(?:poi|per|red)_fused_(\w+)_\d+$")
+FUSED_GROUPS = [(re.compile(r"layer_norm|softmax|nll_loss|embedding"), "other"),
+                (re.compile(r"add|gelu|sum"), "bias and activation"),
+                (re.compile(r"clone"), "copies"),
+                (re.compile(r"_to_copy"), "casts")]
+CAST_KERNELS = re.compile(r"scaleToHalfKernel")
 COPY_OPERATORS = {"aten::copy_", "aten::clone", "aten::contiguous"}
-COPY_KERNELS = re.compile(r"^Memcpy|^triton_\w+_fused_clone_\d+$")
-# Inductor names a fused kernel after the operators it holds: triton_poi_fused_add_gelu_3.
-FUSED_OTHER = re.compile(r"^triton_\w*(layer_norm|softmax|nll_loss|embedding)")
-FUSED_BIAS_AND_ACTIVATION = re.compile(r"^triton_\w*_fused_\w*(add|gelu|sum)")
+COPY_KERNELS = re.compile(r"^Memcpy")
 BIAS_AND_ACTIVATION_OPERATORS = {"aten::add", "aten::add_", "aten::gelu",
                                  "aten::gelu_backward", "aten::sum"}
 
@@ -67,15 +73,16 @@ def group_of(name, chain):
         return "other"
     if GEMM_KERNELS.search(name):
         return "GEMMs"
+    if fused := INDUCTOR_KERNEL.match(name):
+        return next((group for pattern, group in FUSED_GROUPS if pattern.search(fused[1])),
+                    "other")
     if CAST_KERNELS.search(name) or "aten::_to_copy" in chain:
         return "casts"
     if innermost in PRODUCTS:
         return "GEMMs"
     if COPY_KERNELS.search(name) or innermost in COPY_OPERATORS:
         return "copies"
-    if FUSED_OTHER.search(name):
-        return "other"
-    if FUSED_BIAS_AND_ACTIVATION.search(name) or innermost in BIAS_AND_ACTIVATION_OPERATORS:
+    if innermost in BIAS_AND_ACTIVATION_OPERATORS:
         return "bias and activation"
     return "other"
 

@@ -41,10 +41,17 @@ COPY_KERNEL = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kern
      ["aten::gelu"], "bias and activation"),
     ("void at::native::reduce_kernel<512, 1>", ["aten::sum", "AddmmBackward0"],
      "bias and activation"),
+    # Inductor's fused kernels, by the operators they hold
     ("triton_poi_fused_add_gelu_5", [], "bias and activation"),
+    ("triton_poi_fused__to_copy_add_gelu_3", [], "bias and activation"),
+    ("triton_poi_fused__to_copy_clone_t_0", [], "copies"),
+    ("triton_red_fused__to_copy_sum_1", [], "bias and activation"),
+    ("triton_poi_fused_mul_view_6", [], "other"),
     # attention's kernels are CUTLASS templates: other, not GEMMs
     ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, "
      "cutlass::half_t>>", ["aten::_flash_attention_forward"], "other"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x64",
+     ["aten::_scaled_dot_product_cudnn_attention"], "other"),
     ("triton_per_fused_add_native_layer_norm_7", [], "other"),
     ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>",
      ["aten::native_layer_norm"], "other"),
