@@ -66,10 +66,12 @@ class Linear(torch.nn.Linear):
         operand_dtype = lesson_copy.input_dtype_on(input.device)
         # .to() returns the tensor itself, with no copy, where its dtype is already that.
         weight = self.weight.to(operand_dtype)
+        # (*, in) as (rows, in): a view, so that no copy of the input is hidden here.
         rows = input.to(operand_dtype).view(-1, self.in_features)
         weight_transposed = weight.t()  # b (in x out): a view, column-major
         if not layouts.reads_column_major_b(input.device):
-            weight_transposed = weight_transposed.contiguous()  # the copy, explicit
+            # This device's kernels read b row-major only: the copy, made where it shows.
+            weight_transposed = weight_transposed.contiguous()
         if self.bias is None:
             output = torch.ops.day87_fast.wmma_mm(rows, weight_transposed)
         else:
