@@ -34,12 +34,14 @@
 #                                               # racecheck and synccheck at shapes up to
 #                                               # 512, wgmma_order, the tile order timed
 #   bash fast/proof/gpu_check.sh hopper-bugs OUT  # the Hopper pipeline's planted bugs
-#                                               # (the same card), in version 3 and in
-#                                               # version 2's study
+#                                               # (the same card), against the gate's
+#                                               # version 3 and wgmma_order
 #   bash fast/proof/gpu_check.sh studies OUT    # each study in fast/studies/ (the same
 #                                               # card): built, its checks and its times,
 #                                               # its ordering build, memcheck and
-#                                               # synccheck at shapes up to 512
+#                                               # synccheck at shapes up to 512, the
+#                                               # Hopper pipeline's planted bugs against
+#                                               # version 2's study
 #   bash fast/proof/gpu_check.sh hopper-tables OUT  # the wheel as a user installs it:
 #                                               # HGMMA in its SASS, the table forced to
 #                                               # each kernel and chosen, and built for
@@ -243,24 +245,20 @@ if [ "$part" = hopper-bugs ]; then
 fi
 
 if [ "$part" = studies ]; then
-    # Each study's driver checks its kernel at the gate's shapes and times it beside the
-    # version the package holds in its place (its opening says what it runs). Every
-    # study in fast/studies/ is named here (tests/test_studies.py holds it so).
-    studies="studies/version2_hopper.cu"
-    for study in $studies; do
-        name=$(basename "$study" .cu)
-        step "$name-build" nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
-            -o "$out/$name" "$study"
-        step "$name" "$out/$name"
-        step "$name-ordering-build" nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
-            -DDAY87_ORDERING_BUILD -o "$out/${name}_ordering" "$study"
-        step "$name-ordering" "$out/${name}_ordering"
-        for tool in memcheck synccheck; do
-            step "sanitize-$name-small-$tool" compute-sanitizer --tool "$tool" \
-                --error-exitcode 1 "$out/$name" --small
-        done
-        rm -f "$out/$name" "$out/${name}_ordering"
+    # Each study in fast/studies/ (tests/test_studies.py holds that every one is named
+    # here). Version 2's driver checks it at the gate's Hopper shapes, times it beside
+    # version 3 and compares their bits; its ordering build holds its pipeline back.
+    step version2-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/version2_hopper" studies/version2_hopper.cu
+    step version2 "$out/version2_hopper"
+    step version2-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
+        -DDAY87_ORDERING_BUILD -o "$out/version2_hopper_ordering" studies/version2_hopper.cu
+    step version2-ordering "$out/version2_hopper_ordering"
+    for tool in memcheck synccheck; do
+        step "sanitize-version2-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$out/version2_hopper" --small
     done
+    step planted-bugs-study python3 -m proof.planted_bugs study
 fi
 
 if [ "$part" = hopper-tables ]; then
@@ -282,6 +280,7 @@ print(day87_fast.BUILD[\"library\"])") && cuobjdump --list-elf --list-ptx "$libr
     rm -rf "$out"/cache75
 fi
 
-rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order"
+rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order" "$out/version2_hopper" \
+    "$out/version2_hopper_ordering"
 echo "fast/proof/gpu_check $part: $failures step(s) failed" | tee -a "$log"
 exit "$failures"

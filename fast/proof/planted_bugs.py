@@ -1,9 +1,12 @@
 """planted_bugs.py: bugs planted in the fast tier's kernels, each seen caught. From fast/:
 
     python -m proof.planted_bugs             (needs a GPU and nvcc): version 1's bugs
-    python -m proof.planted_bugs hopper      (a card of capability 9.0): the Hopper pipeline's
-    python -m proof.planted_bugs PART "BUG"  PART wmma or hopper: its copy with no bug, and
-                                             that one bug
+    python -m proof.planted_bugs hopper      (a card of capability 9.0): the Hopper pipeline's,
+                                             against the gate (version 3)
+    python -m proof.planted_bugs study       (the same card): the same bugs, against version
+                                             2's study
+    python -m proof.planted_bugs PART "BUG"  PART wmma, hopper or study: its copy with no
+                                             bug, and that one bug
 
 Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of the
 repository; an edit whose text a file no longer holds stops the run, naming the bug and
@@ -18,20 +21,22 @@ pass them all. A check that could not run (a copy that does not build, a raceche
 no summary) is never a catch: it is counted as a verdict not expected. The exit status is
 the number of verdicts that were not the expected one. The programs build side by side.
 
-The Hopper part plants its bugs in the Hopper pipeline, which version 3 (in the package)
-and version 2 (its study, fast/studies/version2_hopper.cu) hold alike, so a bug there is
-planted in both files; one bug is in common.cuh's descriptors, which both include, and
-one is version 3's own. On every copy it runs the gate and the ordering gate built for
-sm_90a with --hopper (version 3's plans alone; the ordering build starts every stage as
-NaN, holds the producer before each stage's first fill and each consumer before it
-multiplies a stage), version 2's study and its ordering build with --no-timing (its
-checks alone, at the same shapes), and proof/ptx/wgmma_order.py, which reads both
-files' PTX for fenced, committed and waited-for MMAs. A gate or study that runs past
-GATE_LIMIT_S (a pipeline that lost its barriers' count can wait forever) has failed.
-compute-sanitizer's racecheck runs there as a control, on the copy with no bug and on the
-consumer that does not wait, at shapes up to 512: its hazard count is printed, and is no
-verdict either way, because whether racecheck sees what TMA writes and wgmma reads is
-what the control is for.
+The Hopper and study parts plant the same bugs in the Hopper pipeline, which version 3
+(in the package) and version 2 (its study, fast/studies/version2_hopper.cu) hold alike,
+so a bug there is planted in both files; one bug is in common.cuh's descriptors, which
+both include, and one is version 3's own (the study must pass it). On every copy the
+Hopper part runs the gate and the ordering gate built for sm_90a with --hopper (version
+3's plans alone; the ordering build starts every stage as NaN, holds the producer before
+each stage's first fill and each consumer before it multiplies a stage) and
+proof/ptx/wgmma_order.py, which reads both files' PTX for fenced, committed and
+waited-for MMAs; the study part runs version 2's study and its ordering build with
+--no-timing (its checks alone, at the gate's Hopper shapes). Two parts, so that each runs
+within ten minutes. A gate or study that runs past GATE_LIMIT_S (a pipeline that lost its
+barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs in the
+Hopper part as a control, on the copy with no bug and on the consumer that does not
+wait, at shapes up to 512: its hazard count is printed, and is no verdict either way,
+because whether racecheck sees what TMA writes and wgmma reads is what the control is
+for.
 
 The bugs of the versions that left the package (4, 5 and the backward in one launch) left
 with them; fast/NOTES.md keeps their verdicts, and git the commit that planted them.
@@ -63,9 +68,10 @@ STUDY, ORDERING_STUDY, WGMMA_ORDER = "study", "ordering study", "wgmma_order.py"
 # The Hopper part's gates and studies, in both builds: a bug in the pipeline that version 3
 # and version 2's study share must fail (or may, by timing) in both.
 PLAIN, ORDERING = (GATE, STUDY), (ORDERING_GATE, ORDERING_STUDY)
-# The time limit of the Hopper part: its gate (the Hopper plans alone) and its study run
-# in about 10 s each, and racecheck at shapes up to 512 in well under a minute. Version 1's
-# part has none: its bugs cannot hang, and its racecheck of the whole gate takes minutes.
+# The time limit of the Hopper and study parts: the gate (the Hopper plans alone) and the
+# study run in about 10 s each, and racecheck at shapes up to 512 in well under a minute.
+# Version 1's part has none: its bugs cannot hang, and its racecheck of the whole gate
+# takes minutes.
 GATE_LIMIT_S = 30
 HOPPER_RACECHECK_LIMIT_S = 60
 
@@ -78,7 +84,7 @@ class Bug(NamedTuple):
     # the plain gate sees an ordering bug only where a multiply happens to be slow.
     by_timing: tuple = ()
     sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
-    hopper: bool = False  # in the Hopper pipeline: the Hopper part's
+    hopper: bool = False  # in the Hopper pipeline: the Hopper and study parts
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
@@ -306,16 +312,17 @@ def main(part, only=None):
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
-    hopper = part == "hopper"
+    hopper = part in ("hopper", "study")
     if hopper and (major, minor) != (9, 0):
         sys.exit(f"planted_bugs.py {part} needs a card of capability 9.0 "
                  f"(this one: {major}.{minor}), where the Hopper kernels run; "
                  "nothing was checked.")
-    # The Hopper part's programs hold sm_90a code (the only code with the kernels' bodies):
-    # the gate checks version 3's plans alone, the study version 2's without timing them.
-    # Version 1's part builds the gate for the card's own architecture, and runs it whole.
+    # The Hopper and study parts' programs hold sm_90a code (the only code with the kernels'
+    # bodies): the gate checks version 3's plans alone, the study version 2's without
+    # timing them. Version 1's part builds the gate for the card's own architecture, and
+    # runs it whole.
     architecture = "90a" if hopper else f"{major}{minor}"
-    checks = [GATE, ORDERING_GATE, STUDY, ORDERING_STUDY] if hopper else [GATE, ORDERING_GATE]
+    checks = [STUDY, ORDERING_STUDY] if part == "study" else [GATE, ORDERING_GATE]
     arguments = {GATE: ["--hopper"] if hopper else [], STUDY: ["--no-timing"]}
     arguments[ORDERING_GATE], arguments[ORDERING_STUDY] = arguments[GATE], arguments[STUDY]
     limit_s = GATE_LIMIT_S if hopper else None
@@ -340,8 +347,8 @@ def main(part, only=None):
             # check -> (whether it failed, what it said); None where it could not run,
             # which is never a catch: a planted edit that breaks the build proves nothing.
             results = {}
-            static_checks = ({WGMMA_ORDER: order_problems} if hopper
-                             else {WARP_BARRIERS: missing_barriers})
+            static_checks = ({WGMMA_ORDER: order_problems} if part == "hopper"
+                             else {} if part == "study" else {WARP_BARRIERS: missing_barriers})
             for static_check, read_ptx in static_checks.items():
                 try:
                     problems = read_ptx(folders[name])
@@ -368,7 +375,8 @@ def main(part, only=None):
                 unexpected += not as_expected
                 print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""),
                       flush=True)
-            if hopper and (bug.racecheck_control or not bug.edits) and results[GATE][0] is not None:
+            if (part == "hopper" and (bug.racecheck_control or not bug.edits)
+                    and results[GATE][0] is not None):
                 _, summary = run_racecheck(folders[name], arguments[GATE] + ["--small"],
                                            HOPPER_RACECHECK_LIMIT_S)
                 print(f"{name:<54} {'racecheck':<14} control, not a verdict: {summary}", flush=True)
@@ -377,6 +385,6 @@ def main(part, only=None):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"]):
-        sys.exit("usage: python -m proof.planted_bugs [wmma | hopper] [BUG]  (from fast/)")
+    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["study"]):
+        sys.exit("usage: python -m proof.planted_bugs [wmma | hopper | study] [BUG]  (from fast/)")
     main(sys.argv[1] if sys.argv[1:] else "wmma", sys.argv[2] if sys.argv[2:] else None)
