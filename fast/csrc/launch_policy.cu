@@ -7,10 +7,11 @@
 //      small grids; any card from sm_75 up;
 //   3. version3_persistent.cuh, hopperPersistentKernel: TMA, mbarriers and warpgroup
 //      MMAs (wgmma) in a persistent grid; Hopper, sm_90a code.
-// The others were never chosen. Version 2, version 3 with a block per tile, stands
-// apart as a study (fast/studies/version2_hopper.cu, built and run on its own); versions
-// 4 (clusters) and 5 (K split in a cluster) left the package. kVersionsElsewhere says
-// where each is now; fast/NOTES.md ("The versions") has why, and their figures.
+// The launcher chooses no other. Version 2, version 3 with a block per tile, which version
+// 3 replaced, stands apart as a study (fast/studies/version2_hopper.cu, built and run on its
+// own); versions 4 (clusters) and 5 (K split in a cluster), never chosen, left the
+// package. kVersionsElsewhere says where each is now; fast/NOTES.md ("The versions") has
+// why, and their figures.
 // What the versions share is in common.cuh. Here: the device's facts (asked once per
 // device and thread), DAY87_FAST_KERNEL, chooseLaunch (the policy, and the figures behind
 // it), and the launcher. Every figure behind a choice is in fast/NOTES.md.
@@ -151,8 +152,8 @@ KernelSwitch kernelSwitch() {
     return KernelSwitch::kRefused;
 }
 
-// The values of DAY87_FAST_KERNEL that forced the versions never chosen, and where each
-// version is now: a study, built and run on its own, or the commit that last held it.
+// The values of DAY87_FAST_KERNEL that forced the versions the launcher does not choose,
+// and where each is now: a study, built and run on its own, or the commit that last held it.
 struct VersionElsewhere {
     const char* value;
     const char* where;

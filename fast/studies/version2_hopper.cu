@@ -16,7 +16,7 @@
 // twice for the same bits (fast/proof/gate_check.cuh's checkShape), then times version
 // 2 beside version 3 at two large shapes and compares their outputs bit for bit. It
 // exits 0 when every check passes. --small: shapes up to 512 and no timing (for
-// compute-sanitizer); --no-timing: the checks alone (fast/proof/planted_bugs.py's hopper
+// compute-sanitizer); --no-timing: the checks alone (fast/proof/planted_bugs.py's study
 // part). Add -DDAY87_ORDERING_BUILD for the gate's ordering build (gate_check.cuh): the
 // stages start as NaN, the producer holds before it first fills each stage and each
 // consumer before it multiplies one, so that a missing mbarrier wait fails or hangs.
@@ -36,8 +36,8 @@
 //     when every consumer warp is done with it, so the producer runs stages ahead;
 //   - two consumer warpgroups each multiply 64 rows of the block's 128 with wgmma,
 //     accumulating FP32 in registers, and store C (with the bias) from there.
-// The kernel's body is empty in code for any target but sm_90a, where the driver
-// refuses to run (launch_policy.cu's hopperCodeProbe says which code runs).
+// The kernel's body is empty in code for any target but sm_90a; there the driver refuses
+// to run (launch_policy.cu's hopperCodeProbe says which code the device runs).
 //
 // In order: the producer, the consumers and the epilogue (what common.cuh's ring and
 // PTX wrappers serve; version 3 holds the same three parts, unchanged), the kernel, its

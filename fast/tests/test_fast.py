@@ -56,8 +56,8 @@ class FastOperator(test_op.Operator):
         super().__init__(module.NAMESPACE, module, build=installed_build_facts(module))
 
     def gate_target(self, architecture):
-        # The Hopper kernels (versions 2 to 4) are compiled only for sm_90a, as in the
-        # operator's build: a plain sm_90 gate would skip them, and refuse them forced.
+        # The Hopper kernel (version 3) is compiled only for sm_90a, as in the operator's
+        # build: a plain sm_90 gate would skip it, and refuse it forced.
         if architecture == "sm_90":
             return ["-gencode", "arch=compute_90a,code=sm_90a"]
         return super().gate_target(architecture)
