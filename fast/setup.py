@@ -13,7 +13,7 @@ must be of torch's CUDA major version; without one, or with another, nothing com
 The wheel holds two libraries, each fast/csrc/binding.cpp compiled with TORCH_TARGET_VERSION
 2.11 (only the stable ABI's headers compile then):
 - _library_cuda: with the kernels of fast/csrc, for a torch built with CUDA. Machine code for
-  sm_75 to sm_90, sm_90a for the Hopper kernels (versions 2 to 4), PTX of compute_90;
+  sm_75 to sm_90, sm_90a for the Hopper kernel (version 3), PTX of compute_90;
 - _library_cpu: the float64 CPU reference alone, for a torch built without CUDA.
 TORCH_CUDA_ARCH_LIST replaces the architecture list; a list naming 9.0 gets 9.0a too.
 """
@@ -48,8 +48,7 @@ from torch.utils import cpp_extension  # noqa: E402  after torch's refusal
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCES = os.path.join(HERE, "csrc")
-CUDA_SOURCES = ["launch_policy.cu", "backward_version1_scaled.cu",
-                "backward_version2_one_launch.cu"]
+CUDA_SOURCES = ["launch_policy.cu", "backward_version1_scaled.cu"]
 # The oldest torch the wheel loads in, as TORCH_TARGET_VERSION writes a version: one byte
 # each for major, minor and patch, then five of ABI tag. 2.11 is the oldest torch whose
 # PyPI build (CUDA 13.0) matches the nvcc 13 that builds this wheel.

@@ -44,9 +44,8 @@ error ||out - float64|| / ||float64||, not graded.
 
 A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3,
    8192 x 4096 x 4096 and 8192^3: the fast tier as it chooses, and then with each
-   of its kernels forced (DAY87_FAST_KERNEL=wmma, =split where the card runs code
-   for sm_90, and =hopper, =persistent and =cluster where it runs the Hopper
-   kernels); GPU times taken in turn, as in table D. At every shape, a line under
+   of its kernels forced (DAY87_FAST_KERNEL=wmma, and =persistent where the card runs
+   the Hopper kernel); GPU times taken in turn, as in table D. At every shape, a line under
    the block gives cuBLAS's GPU time over the fast tier's as it chooses, in both
    orders, against its target (TARGETS): met only where its margin (over 1, or over
    a target below 1) is larger than the replays' spread (print_target). The table
@@ -55,15 +54,13 @@ A. The forward, c = a @ b, at the lesson's shapes and at 2048^3, 4096^3,
    the current folder unless given).
 B. One layer's training step, x (M x K) @ w (K x N) forward and backward,
    torch.autograd.grad(forward(x, w), (x, w), grad): the operators with an FP32
-   grad, as their FP32 output has, the FP16 paths with an FP16 one; the fast tier as
-   it chooses and with its backward in one launch (DAY87_FAST_BACKWARD=one-launch,
-   where the card runs code for sm_80); GPU times taken in turn, as in table D. At
+   grad, as their FP32 output has, the FP16 paths with an FP16 one; GPU times taken
+   in turn, as in table D. At
    the two sizes of STEP_TARGETS a line gives FP16's GPU time over the fast tier's
    against its target, weighed as table A's.
 C. The backward alone at the same shapes: the lesson's op.py _backward (two FP32
-   matmuls of the widened operands), the fast tier's wmma_mm_backward operator, as it
-   chooses and in one launch, FP16 grad @ w.t() and x.t() @ grad, and those two
-   compiled; GPU times taken in turn.
+   matmuls of the widened operands), the fast tier's wmma_mm_backward operator, FP16
+   grad @ w.t() and x.t() @ grad, and those two compiled; GPU times taken in turn.
 D. Day 88's question, a bias in the kernel's store or added after: the fast tier's
    fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
    add, that compiled, and FP16 addmm; the lines' GPU times taken in turn, in the
@@ -242,14 +239,14 @@ class Line:
 
 
 # What the fast tier as it chooses should reach (M, N, K): cuBLAS's GPU time over its
-# own, in both orders: within 1.15x cuBLAS's time at the lesson's shapes (version 5's
-# target), version 4's at the large ones (fast/NOTES.md, "Performance", has the
-# figures).
+# own, in both orders: within 1.15x cuBLAS's time at the lesson's shapes (the target
+# version 5 was written for), and version 4's at the large ones; neither version met
+# it, and both left the package (fast/NOTES.md, "Performance", has the figures).
 TARGETS = {(256, 512, 384): 1 / 1.15, (512, 1024, 128): 1 / 1.15, (2048, 2048, 2048): 1.00,
            (4096, 4096, 4096): 1.03, (8192, 4096, 4096): 1.03, (8192, 8192, 8192): 1.03}
 # And day 88's fused op, at (M, K, N): each peer's GPU time over its own, the peer
 # named by its line's kind in table D (cuBLAS: cuBLAS + bias): 3% ahead of both at
-# every shape, and 10% ahead of compiled at 8192 x 4096 x 4096 (version 4's target).
+# every shape, and 10% ahead of compiled at 8192 x 4096 x 4096 (version 4's target too).
 DAY88_TARGETS = {shape: {"cuBLAS": 1.03, "compiled": 1.03} for shape in DAY88_SIZES}
 DAY88_TARGETS[8192, 4096, 4096]["compiled"] = 1.10
 # And the step (M, K, N), table B: FP16's GPU time over the fast tier's, as it chooses,
@@ -302,24 +299,11 @@ def line_switches(line):
 
 def runs_forced(kernel):
     """Whether this card runs the forward forced to `kernel`: forced, the operator refuses
-    where the card cannot. K = 128 is four stages, enough for DAY87_FAST_KERNEL=split
-    to run version 5 (a shorter K runs version 1)."""
+    where the card cannot."""
     a = torch.zeros(128, 128, device="cuda", dtype=torch.half)
     with switched("DAY87_FAST_KERNEL", kernel):
         try:
             day87_fast.wmma_mm(a, a)
-            return True
-        except RuntimeError:
-            return False
-
-
-def runs_one_launch_backward():
-    """Whether this card runs the backward forced to one launch (code for sm_80 or newer):
-    forced, the operator refuses where the card cannot."""
-    a = torch.zeros(128, 128, device="cuda", dtype=torch.half)
-    with switched("DAY87_FAST_BACKWARD", "one-launch"):
-        try:
-            torch.ops.day87_fast.wmma_mm_backward(a.float(), a, a)
             return True
         except RuntimeError:
             return False
@@ -480,7 +464,7 @@ def table_heading(title, *more):
 
 
 # The versions that DAY87_FAST_KERNEL forces, for the picture's legend.
-VERSIONS = {"wmma": 1, "hopper": 2, "persistent": 3, "cluster": 4, "split": 5}
+VERSIONS = {"wmma": 1, "persistent": 3}
 
 
 def forward_table(base, picture):
@@ -489,10 +473,9 @@ def forward_table(base, picture):
                   "error: the worst |c - float64| / (K * 2^-23 * (|A| @ |B|)), test_op.py's bound; "
                   "FP16: rel. ||c - float64|| / ||float64||")
     compiler = Compiler()
-    # The fast tier as it chooses, and each of its kernels forced (version 5 and the
-    # Hopper kernels where this card runs them).
-    forced = (["wmma"] + (["split"] if runs_forced("split") else [])
-              + (["hopper", "persistent", "cluster"] if runs_forced("hopper") else []))
+    # The fast tier as it chooses, and each of its kernels forced (version 3 where this
+    # card runs it).
+    forced = ["wmma"] + (["persistent"] if runs_forced("persistent") else [])
     # The picture's bars: every line but compiled's, in TF/s from the mean of its GPU
     # times in both orders.
     names = (["lesson", "fast, as it chooses"]
@@ -541,7 +524,6 @@ def step_table():
                   "x @ w in FP16, an FP16 grad;",
                   "error: the gradients' against float64 from the same grad, x and w")
     compiler = Compiler()
-    one_launch = runs_one_launch_backward()
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n, requires_grad=True)
         grad16 = grad.half()
@@ -555,8 +537,6 @@ def step_table():
             # "auto" for both switches: a line as it chooses whatever the shell exported.
             Line("fast", "day87_fast.wmma_mm, its tensor-core backward", fast_step, error,
                  kernel="auto", backward="auto"),
-            *([Line("fast", "  DAY87_FAST_BACKWARD=one-launch", fast_step, error,
-                    kernel="auto", backward="one-launch")] if one_launch else []),
             Line("cuBLAS", "x @ w, FP16", training_step(fp16_forward, x, w, grad16), error16),
             Line("compiled", "x @ w, FP16", training_step(peer, x, w, grad16), error16),
         ], timing.calls_for(m, n, k), both_orders=True)
@@ -573,7 +553,6 @@ def backward_table():
                   "lesson and fast: an FP32 grad; cuBLAS and compiled: FP16; "
                   "error: as in table B")
     compiler = Compiler()
-    one_launch = runs_one_launch_backward()
     for m, k, n in timing.STEP_SIZES:
         x, w, grad = timing.layer_operands(m, k, n)
         grad16 = grad.half()
@@ -588,9 +567,6 @@ def backward_table():
             Line("fast", "torch.ops.day87_fast.wmma_mm_backward(grad, x, w)",
                  lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error,
                  backward="auto"),
-            *([Line("fast", "  DAY87_FAST_BACKWARD=one-launch",
-                    lambda: torch.ops.day87_fast.wmma_mm_backward(grad, x, w), error,
-                    backward="one-launch")] if one_launch else []),
             Line("cuBLAS", "grad @ w.t(), x.t() @ grad, FP16",
                  lambda: fp16_products(grad16, x, w), error16),
             Line("compiled", "grad @ w.t(), x.t() @ grad, FP16",

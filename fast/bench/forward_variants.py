@@ -54,7 +54,7 @@ SPLIT_COUNTS = [1, 2, 3, 4, 6, 8, 12, 16]
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048), (8192, 4096, 1024)]
 CHECK_SHAPE = (2304, 1280, 1040)  # M and N multiples of 256, K % 32 == 16: a tail stage
 
-# Plain CUDA (no torch): fast/'s launcher file, whose includes bring every version, and
+# Plain CUDA (no torch): fast/'s launcher file, whose includes bring both versions, and
 # every variant's launch behind one function. The operands are filled member by member,
 # so that the bias stays unset (nullptr: no bias); K is split as the caller says
 # (workspace: splits x M x N floats).

@@ -4,9 +4,9 @@
 // region of C about group_rows tiles high, and read its rows of A and its columns of B;
 // the group height decides how much of both stays in L2 between the blocks that share
 // them. This times the launcher's plan at the forward's large shapes with each group
-// height, and version 4's (its clusters walk pairs of tile rows in groups of the same
-// height, so that its heights 1 and 2 are one order), beside version 2 (a block per
-// tile, kGroupRows), with no PyTorch.
+// height, with no PyTorch. (While the package held versions 2 and 4, it timed version 4
+// at each height as well, and version 2 beside them: fast/NOTES.md has those figures.
+// Version 2's study, fast/studies/version2_hopper.cu, times it beside version 3.)
 //
 // Build and run from fast/, on a Hopper card (H100, H200):
 //   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o tile_order bench/tile_order.cu &&
@@ -27,7 +27,7 @@
 #include <random>
 #include <vector>
 
-#include "../csrc/launch_policy.cu"  // the five versions and the launcher that chooses
+#include "../csrc/launch_policy.cu"  // versions 1 and 3 and the launcher that chooses
 
 // Day 5's CUDA_CHECK: a failed call prints where it failed and ends the program.
 #define CUDA_CHECK(call)                                                                 \
@@ -50,19 +50,6 @@ cudaError_t persistent(const tuned::FastGemmOperands& operands, cudaStream_t str
     if (status != cudaSuccess) return status;
     return tuned::version3::launchPersistentPlan<Plan>(operands, facts.multiprocessors, stream,
                                                        group_rows);
-}
-
-template <class Plan>
-cudaError_t cluster(const tuned::FastGemmOperands& operands, cudaStream_t stream, int group_rows) {
-    tuned::DeviceFacts facts;
-    const cudaError_t status = tuned::currentDeviceFacts(&facts);
-    if (status != cudaSuccess) return status;
-    return tuned::version4::launchClusterPlan<Plan>(operands, facts.clusters, stream, group_rows);
-}
-
-template <class Plan>
-cudaError_t blockPerTile(const tuned::FastGemmOperands& operands, cudaStream_t stream, int) {
-    return tuned::version2::launchHopperPlan<Plan>(operands, stream);
 }
 
 // Microseconds per launch of each (launcher, group height), timed in turn: 7 rounds,
@@ -116,7 +103,7 @@ int main() {
     CUDA_CHECK(tuned::currentDeviceFacts(&facts));
     if (!facts.hopper) {
         printf("tile_order: this device runs no sm_90a code (a card of capability 9.0 and "
-               "-gencode=arch=compute_90a,code=sm_90a run the Hopper kernels)\n");
+               "-gencode=arch=compute_90a,code=sm_90a run the Hopper kernel)\n");
         return EXIT_FAILURE;
     }
     const int shapes[][3] = {{2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 4096, 4096},
@@ -145,56 +132,40 @@ int main() {
         operands.n = n;
         operands.k = k;
 
-        // The launcher's own choice of plan for this shape, on either version.
+        // The launcher's own choice of plan for this shape.
         tuned::LaunchChoice choice;
         CUDA_CHECK(tuned::chooseLaunch(m, n, k, &choice));
-        const bool wide = choice.plan == tuned::PlanChoice::kPersistentWide ||
-                          choice.plan == tuned::PlanChoice::kHopperWide;
-        const Launch launches[] = {
-            wide ? persistent<tuned::HopperWidePlan> : persistent<tuned::HopperNarrowPlan>,
-            wide ? blockPerTile<tuned::HopperWidePlan> : blockPerTile<tuned::HopperNarrowPlan>,
-            wide ? cluster<tuned::HopperWidePlan> : cluster<tuned::HopperNarrowPlan>};
+        const bool wide = choice.plan == tuned::PlanChoice::kPersistentWide;
+        const Launch launch = wide ? persistent<tuned::HopperWidePlan>
+                                   : persistent<tuned::HopperNarrowPlan>;
         const size_t count = static_cast<size_t>(m) * n;
         std::vector<float> expected(count), got(count);
-        CUDA_CHECK(launches[0](operands, 0, tuned::version3::kPersistentGroupRows));
+        CUDA_CHECK(launch(operands, 0, tuned::version3::kPersistentGroupRows));
         CUDA_CHECK(cudaMemcpy(expected.data(), operands.c, count * sizeof(float),
                               cudaMemcpyDeviceToHost));
 
-        // Every order's bits, on version 3 and on version 4 (the same MMAs in the same
-        // order for each tile), against the launcher's own order's.
-        for (int version : {0, 2})
-            for (int group_rows : group_heights) {
-                CUDA_CHECK(cudaMemset(operands.c, 0xFF, count * sizeof(float)));
-                CUDA_CHECK(launches[version](operands, 0, group_rows));
-                CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float),
-                                      cudaMemcpyDeviceToHost));
-                const bool same =
-                    std::memcmp(got.data(), expected.data(), count * sizeof(float)) == 0;
-                if (!same)
-                    printf("version %d, group height %d: FAIL (other bits than version 3's "
-                           "group height %d's)\n", version == 0 ? 3 : 4, group_rows,
-                           tuned::version3::kPersistentGroupRows);
-                all_same &= same;
-            }
+        // Every order's bits (the same MMAs in the same order for each tile) against the
+        // launcher's own order's.
+        for (int group_rows : group_heights) {
+            CUDA_CHECK(cudaMemset(operands.c, 0xFF, count * sizeof(float)));
+            CUDA_CHECK(launch(operands, 0, group_rows));
+            CUDA_CHECK(cudaMemcpy(got.data(), operands.c, count * sizeof(float),
+                                  cudaMemcpyDeviceToHost));
+            const bool same = std::memcmp(got.data(), expected.data(), count * sizeof(float)) == 0;
+            if (!same)
+                printf("group height %d: FAIL (other bits than group height %d's)\n", group_rows,
+                       tuned::version3::kPersistentGroupRows);
+            all_same &= same;
+        }
         std::vector<Timed> runs;
-        for (int group_rows : group_heights) runs.push_back(Timed{launches[0], group_rows});
-        for (int group_rows : group_heights) runs.push_back(Timed{launches[2], group_rows});
-        runs.push_back(Timed{launches[1], tuned::kGroupRows});
+        for (int group_rows : group_heights) runs.push_back(Timed{launch, group_rows});
         const std::vector<float> times = microsecondsInTurn(runs, operands);
         char label[32];
         snprintf(label, sizeof(label), "%d x %d x %d", m, n, k);
-        const size_t heights = std::size(group_heights);
-        for (int version : {3, 4}) {
-            printf("%-22s version %d, %-16s", version == 3 ? label : "", version,
-                   wide ? "128 x 256" : "128 x 128");
-            for (size_t i = 0; i < heights; ++i) {
-                const size_t run = (version - 3) * heights + i;
-                printf("  %2d: %8.1f", runs[run].group_rows, times[run]);
-            }
-            printf("\n");
-        }
-        printf("%-22s %-26s  %2d: %8.1f\n", "", "version 2, block per tile", tuned::kGroupRows,
-               times.back());
+        printf("%-22s version 3, %-15s", label, wide ? "128 x 256" : "128 x 128");
+        for (size_t run = 0; run < runs.size(); ++run)
+            printf("  %2d: %8.1f", runs[run].group_rows, times[run]);
+        printf("\n");
         CUDA_CHECK(cudaFree(device_a));
         CUDA_CHECK(cudaFree(device_b));
         CUDA_CHECK(cudaFree(operands.c));

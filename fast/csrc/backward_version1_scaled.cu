@@ -1,6 +1,6 @@
 // fast/csrc/backward_version1_scaled.cu: the fast operator's backward helper,
 // scaleToHalfKernel, and its launcher, launchScaleToHalf, which fast/csrc/binding.cpp
-// calls.
+// calls; and backwardSwitchProblem, which it asks first about DAY87_FAST_BACKWARD.
 //
 // Built by fast/setup.py beside launch_policy.cu and binding.cpp; included by
 // fast/proof/gate.cu, which checks it bit for bit with no PyTorch. It never exits and never
@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace tuned {
 
@@ -86,8 +89,9 @@ __device__ __forceinline__ float largestOfFour(float4 v) {
 }
 
 // Whether the cast waits for every block's largest magnitude is not left to timing:
-// gate.cu's ordering build defines this to hold every block a while before it writes
-// its own, so that a cast that does not wait reads the workspace's poison.
+// the gate's ordering build (fast/proof/gate_check.cuh) defines this to hold every
+// block a while before it writes its own, so that a cast that does not wait reads the
+// workspace's poison.
 #ifndef DAY87_HOLD_PARTIAL_MAXIMA
 #define DAY87_HOLD_PARTIAL_MAXIMA()
 #endif
@@ -262,6 +266,26 @@ cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int
     return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(scaleToHalfKernel), blocks,
                                        kHelperThreads, arguments,
                                        shared_vectors * kHelperThreads * sizeof(float4), stream);
+}
+
+// ---------------------------------------------------------------------------
+// DAY87_FAST_BACKWARD
+// ---------------------------------------------------------------------------
+// The package holds one backward, this file's: DAY87_FAST_BACKWARD=scaled names it, and
+// auto or unset take it. The switch stays so that the value that forced the backward in
+// one launch, which left the package, is refused by name rather than run this backward
+// unasked. Why it cannot be honoured, or "" where it can: binding.cpp raises with it.
+std::string backwardSwitchProblem() {
+    const char* value = std::getenv("DAY87_FAST_BACKWARD");
+    if (value == nullptr || !std::strcmp(value, "") || !std::strcmp(value, "auto") ||
+        !std::strcmp(value, "scaled"))
+        return "";
+    if (!std::strcmp(value, "one-launch"))
+        return "DAY87_FAST_BACKWARD=one-launch: the backward in one launch left the package, "
+               "ahead of this one at the lesson's layer alone; its source: git show "
+               "4771a90:fast/csrc/backward_version2_one_launch.cu; this package takes scaled "
+               "or auto";
+    return std::string("DAY87_FAST_BACKWARD must be scaled or auto; got '") + value + "'";
 }
 
 }  // namespace tuned

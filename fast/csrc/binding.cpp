@@ -11,10 +11,8 @@
 // In order: the messages, the contracts for a, b and the bias, an allocation, the CUDA
 // implementations (fast/csrc/launch_policy.cu's launcher, with a workspace for split K), the
 // tensor-core backward in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's
-// handle; or, where DAY87_FAST_BACKWARD=one-launch forces it,
-// fast/csrc/backward_version2_one_launch.cu's one grid), the float64 CPU implementations, and
-// the registrations under the namespace day87_fast, so that one process can load the
-// lesson and this operator side by side.
+// handle), the float64 CPU implementations, and the registrations under the namespace
+// day87_fast, so that one process can load the lesson and this operator side by side.
 //
 // setup.py builds it twice: with DAY87_WITH_CUDA and USE_CUDA beside the CUDA sources, and
 // alone for a torch built without CUDA.
@@ -45,7 +43,7 @@
 
 // Defined in fast/csrc/common.cuh (the tile that the shape must divide: the lesson's
 // contract, copied), fast/csrc/launch_policy.cu (the launcher) and
-// fast/csrc/backward_version1_scaled.cu (the backward's helpers). A declaration that
+// fast/csrc/backward_version1_scaled.cu (the backward's helpers and its switch). A declaration that
 // differs from its definition still compiles and links; the library then fails to load on
 // an undefined symbol. Change the two together.
 namespace tuned {
@@ -59,14 +57,7 @@ cudaError_t launchScaleToHalf(const float* grad, int64_t rows, int64_t cols, int
                               int64_t col_stride, __half* scaled, float* alpha_and_beta,
                               float* workspace, cudaStream_t stream);
 extern const int kMaxHelperBlocks;
-// fast/csrc/backward_version2_one_launch.cu: "" where DAY87_FAST_BACKWARD can be honoured
-// for this backward, and then which backward runs; the launcher of both products in one
-// grid.
-std::string chooseOneLaunchBackward(int64_t m, int64_t n, int64_t k, bool* one_launch);
-cudaError_t launchOneLaunchBackward(const float* grad, int64_t grad_row_stride,
-                                    int64_t grad_col_stride, const __half* a, const __half* b,
-                                    __half* grad_a, __half* grad_b, int64_t m, int64_t n,
-                                    int64_t k, cudaStream_t stream);
+std::string backwardSwitchProblem();  // "" where DAY87_FAST_BACKWARD can be honoured
 }  // namespace tuned
 #endif
 
@@ -414,10 +405,9 @@ void halfProduct(const std::string& op, const __half* left, bool transpose_left,
 // = a^T @ grad where a is given (the lesson's setup_context saves each input only when its
 // partner needs a gradient), FP16, from an FP32 grad. fast/csrc/backward_version1_scaled.cu
 // says why grad is scaled by a power of two first. One dispatcher call and three kernels
-// (the scaling, two cuBLAS products), or one where forced
-// (fast/csrc/backward_version2_one_launch.cu): each op that autograd's backward thread
-// issues costs tens of microseconds of host time, and the same work as twelve ATen ops made
-// a small layer's step host-bound.
+// (the scaling, two cuBLAS products): each op that autograd's backward thread issues costs
+// tens of microseconds of host time, and the same work as twelve ATen ops made a small
+// layer's step host-bound.
 std::tuple<Tensor, Tensor> wmmaMmBackwardCuda(const Tensor& grad, std::optional<Tensor> a,
                                               std::optional<Tensor> b) {
     const std::string op = "day87_fast::wmma_mm_backward";
@@ -440,6 +430,9 @@ std::tuple<Tensor, Tensor> wmmaMmBackwardCuda(const Tensor& grad, std::optional<
         return joined(op, ": a must be M x K and b K x N with one K; got a: ", described(*a),
                       ", b: ", described(*b));
     });
+    // A backward named by DAY87_FAST_BACKWARD that the package does not hold is refused.
+    const std::string switch_problem = tuned::backwardSwitchProblem();
+    require(switch_problem.empty(), [&] { return op + ": " + switch_problem; });
     const torch::stable::accelerator::DeviceGuard guard(grad.get_device_index());
     const cudaStream_t stream = currentStream(grad.get_device_index());
     const int64_t m = grad.size(0), n = grad.size(1);
@@ -459,16 +452,6 @@ std::tuple<Tensor, Tensor> wmmaMmBackwardCuda(const Tensor& grad, std::optional<
     const auto output = [](const Tensor& t) {
         return t.defined() ? static_cast<__half*>(t.mutable_data_ptr()) : nullptr;
     };
-    bool one_launch = false;
-    const std::string refusal = tuned::chooseOneLaunchBackward(m, n, k, &one_launch);
-    require(refusal.empty(), [&] { return op + ": " + refusal; });
-    if (one_launch) {  // forced: both products in one grid, grad read in FP32
-        requireLaunched(op, tuned::launchOneLaunchBackward(
-            grad.const_data_ptr<float>(), grad.stride(0), grad.stride(1),
-            a.has_value() ? input(*a) : nullptr, b.has_value() ? input(*b) : nullptr,
-            output(grad_a), output(grad_b), m, n, k, stream));
-        return {grad_a, grad_b};
-    }
     // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
     // safe inside a CUDA graph capture. The last two floats are cuBLAS's alpha and beta.
     Tensor workspace = emptyRowMajor(grad, {tuned::kMaxHelperBlocks + 2}, ScalarType::Float);

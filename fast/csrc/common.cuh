@@ -1,16 +1,16 @@
-// fast/csrc/common.cuh: what the fast operator's five versions must agree on.
+// fast/csrc/common.cuh: what the fast operator's versions must agree on.
 //
-// The shape contract and the operands every kernel takes; then, for versions 2 to 4
-// (Hopper, sm_90a code), the tile plans' constants, the PTX wrappers (mbarriers, TMA,
-// wgmma), the swizzled layout that the tensor maps and the MMAs' descriptors share,
-// and the ring of stages with its barriers. Each version's own loop, producer,
-// consumers and epilogue are in its own file: version1_wmma.cuh, version2_hopper.cuh,
-// version3_persistent.cuh, version4_cluster.cuh, version5_split_cluster.cuh (which
-// calls version 1's loop). launch_policy.cu includes them all and chooses.
+// The shape contract and the operands every kernel takes; then, for version 3 (Hopper,
+// sm_90a code), the tile plans' constants, the PTX wrappers (mbarriers, TMA, wgmma), the
+// swizzled layout that the tensor maps and the MMAs' descriptors share, and the ring of
+// stages with its barriers. Each version's own loop, producer, consumers and epilogue are
+// in its own file: version1_wmma.cuh, version3_persistent.cuh. launch_policy.cu includes
+// them and chooses. Version 2, a study outside the package (fast/studies/version2_hopper.cu),
+// includes this file too: its pipeline is version 3's, a block per tile.
 //
 // This header defines kTileM, kTileN and kTileK for fast/csrc/binding.cpp (extern const),
 // so one translation unit includes it: launch_policy.cu (and the programs that include that
-// file, fast/proof/gate.cu and fast/bench/tile_order.cu).
+// file: fast/proof/gate.cu, fast/bench/tile_order.cu and the studies).
 //
 // Copied from the lesson's kernel.cu, not included (fast/ compiles no lesson source):
 // the contract's numbers, kWmmaSize and kGroupRows. fast/README.md lists every copy.
@@ -41,7 +41,7 @@ extern const int kTileM = 128, kTileN = 128, kTileK = kWmmaSize;
 
 // Blocks walk the tiles in groups of 8 block-rows, column by column, so that the blocks
 // resident at one time share A rows and B columns and find them in L2 (the lesson's order;
-// fast/bench/tile_order.cu times others on versions 3 and 4).
+// fast/bench/tile_order.cu times others on version 3).
 constexpr int kGroupRows = 8;
 
 // What one multiply reads and writes: the lesson's GemmOperands with the bias, under
@@ -57,7 +57,7 @@ struct FastGemmOperands {
 };
 
 // ---------------------------------------------------------------------------
-// Versions 2 to 4: the Hopper pipeline's shared parts (sm_90a code)
+// Version 3: the Hopper pipeline's parts (sm_90a code)
 // ---------------------------------------------------------------------------
 // A plan: the block tile (128 x BlockN of C), 64 of K per stage, Stages deep.
 #if CUDART_VERSION >= 12000  // tensor maps and __grid_constant__: CUDA 12's headers
@@ -220,23 +220,24 @@ constexpr uint32_t kSwizzleGroupBytes = 1024;  // 8 rows of 128 bytes
 constexpr uint32_t kIgnoredLeadingBytes = 16;
 
 // Whether the consumers wait for TMA and the producer for the consumers is not left
-// to timing: gate.cu's ordering build defines these to fill every stage with NaN
-// before the pipeline starts, to hold the producer before it fills each stage the
-// first time (so a consumer that does not wait for `full` reads that NaN), and to
-// hold each consumer before it multiplies a stage (so a producer that does not wait
-// for `empty` has overwritten it by then). Either bug also loses an mbarrier's count,
-// so the gate may hang instead: a time limit (planted_bugs.py's) makes that a
-// failure too. Everywhere else they are nothing.
+// to timing: the gate's ordering build (fast/proof/gate_check.cuh, which version 2's
+// study shares) defines these to fill every stage with NaN before the pipeline starts,
+// to hold the producer before it fills each stage the first time (so a consumer that
+// does not wait for `full` reads that NaN), and to hold each consumer before it
+// multiplies a stage (so a producer that does not wait for `empty` has overwritten it
+// by then). Either bug also loses an mbarrier's count, so the gate may hang instead: a
+// time limit (planted_bugs.py's) makes that a failure too. Everywhere else they are
+// nothing.
 #ifndef DAY87_POISON_HOPPER_STAGES
 #define DAY87_POISON_HOPPER_STAGES(stages, bytes)
 #define DAY87_HOLD_HOPPER_PRODUCER(first_fill)
 #define DAY87_HOLD_HOPPER_CONSUMER()
 #endif
 
-// ---- The ring, which versions 2 to 4 walk alike ----------------------------------
-// The ring of stages in shared memory, and each stage's two mbarriers. The three kernels
-// walk it by position: the position-th stage filled since the block started sits in
-// stage position % kStages, on pass position / kStages over the ring.
+// ---- The ring ------------------------------------------------------------------
+// The ring of stages in shared memory, and each stage's two mbarriers. The kernel walks
+// it by position: the position-th stage filled since the block started sits in stage
+// position % kStages, on pass position / kStages over the ring.
 struct Ring {
     unsigned char* stages_a;
     unsigned char* stages_b;
@@ -246,11 +247,9 @@ struct Ring {
 
 // The ring laid out in the block's shared memory (aligned as the swizzle needs), its
 // barriers initialised by thread 0 and visible to every thread and to TMA. A stage is
-// empty once every consumer warp of `releasing_blocks` blocks is done with it (more
-// than this one where a cluster's blocks fill each other's stages: version 4).
+// empty once every consumer warp is done with it.
 template <class Plan>
-__device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned,
-                                          int releasing_blocks = 1) {
+__device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned) {
     unsigned char* shared = reinterpret_cast<unsigned char*>(
         (reinterpret_cast<uintptr_t>(shared_unaligned) + kSwizzleGroupBytes - 1) &
         ~uintptr_t{kSwizzleGroupBytes - 1});
@@ -263,8 +262,7 @@ __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned,
     if (threadIdx.x == 0) {
         for (int stage = 0; stage < Plan::kStages; ++stage) {
             initBarrier(&ring.full[stage], 1);                      // the producer's one arrival
-            // one arrival per consumer warp
-            initBarrier(&ring.empty[stage], Plan::kConsumerWarps * releasing_blocks);
+            initBarrier(&ring.empty[stage], Plan::kConsumerWarps);  // one per consumer warp
         }
         // The initialised barriers, visible to TMA (which completes them) as well.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -275,8 +273,7 @@ __device__ __forceinline__ Ring setUpRing(unsigned char* shared_unaligned,
 
 // Tile `index` of C in grouped order: down group_rows rows of tiles, then across to the
 // next column, so that blocks running at the same time share rows of A and columns of B in
-// L2 (version 1's order, kGroupRows; fast/bench/tile_order.cu times others on versions 3
-// and 4).
+// L2 (version 1's order, kGroupRows; fast/bench/tile_order.cu times others on version 3).
 struct TileCoordinates {
     int row, col;
 };

@@ -10,9 +10,8 @@
 //
 // In order: the 16-byte copies (the lesson's, copied), the tile plans, the
 // dependent-launch helpers, a stage's copy, the one place that writes C, the tile a
-// block owns (groupedTile) and the loop over K's stages (multiplyStages), both shared
-// with version 5, the kernel, the split-K reduction, and launchPlan, which launches
-// one plan.
+// block owns (groupedTile) and the loop over K's stages (multiplyStages), the kernel,
+// the split-K reduction, and launchPlan, which launches one plan.
 
 #pragma once
 
@@ -161,10 +160,10 @@ __device__ __forceinline__ void waitForPrerequisites() {
 #endif
 }
 
-// Whether a dependent waits is not left to timing: gate.cu's ordering build defines
-// this to hold every split a while before it writes its partial sums, so that a
-// reduction reading them before its wait reads the workspace's poison on every shape.
-// Everywhere else it is nothing.
+// Whether a dependent waits is not left to timing: the gate's ordering build
+// (fast/proof/gate_check.cuh) defines this to hold every split a while before it writes
+// its partial sums, so that a reduction reading them before its wait reads the
+// workspace's poison on every shape. Everywhere else it is nothing.
 #ifndef DAY87_HOLD_PARTIAL_SUMS
 #define DAY87_HOLD_PARTIAL_SUMS()
 #endif
@@ -215,8 +214,8 @@ __device__ __forceinline__ void storeOutputs(const FastGemmOperands& operands, s
 // ---------------------------------------------------------------------------
 // Version 1, the WMMA kernel: any card from sm_75 up
 // ---------------------------------------------------------------------------
-// Its three parts that version 5 (version5_split_cluster.cuh) shares: which tile a
-// block owns, the accumulators, and the multiply's pipeline over a run of stages.
+// Its parts: which tile a block owns, the accumulators, the multiply's pipeline over a
+// run of stages, and the kernel that calls them and stores C.
 
 // Which tile of C this block owns, in grouped order (see kGroupRows), from its index
 // along the grid's x.

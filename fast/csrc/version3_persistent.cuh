@@ -1,11 +1,13 @@
 // fast/csrc/version3_persistent.cuh: version 3 of the fast forward, hopperPersistentKernel,
 // for Hopper (sm_90a code): version 2's pipeline in a persistent grid.
 //
-// Version 2 launches a block per tile: each block sets up its ring, waits for its
-// first stages to arrive while its tensor cores idle, and its SM takes the next
-// block only once its epilogue is done. Version 3 launches one block per SM (or per
-// tile, where there are fewer), and each block walks the tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ... in grouped order. What that changes:
+// Version 2 (fast/studies/version2_hopper.cu, a study outside the package: it says how
+// TMA, mbarriers and wgmma replace version 1's copies and WMMA) launches a block per
+// tile: each block sets up its ring, waits for its first stages to arrive while its
+// tensor cores idle, and its SM takes the next block only once its epilogue is done.
+// Version 3 launches one block per SM (or per tile, where there are fewer), and each
+// block walks the tiles blockIdx.x, blockIdx.x + gridDim.x, ... in grouped order. What
+// that changes:
 //   - the ring runs on from one tile into the next: while the consumers store a
 //     tile, the producer is already filling the ring with the next tile's first
 //     stages (the epilogue overlaps the next tile's loads; the MMAs wait for the
@@ -23,7 +25,8 @@
 //   - the order of tiles: the group height is the launcher's, measured (fast/bench/tile_order.cu).
 //
 // In order: the producer, the consumers and the epilogue (version 2's, unchanged:
-// `diff` the two files for what persistence adds), the kernel, and its launcher.
+// `diff` this file with fast/studies/version2_hopper.cu for what persistence adds), the
+// kernel, and its launcher.
 
 #pragma once
 

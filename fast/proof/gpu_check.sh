@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # fast/proof/gpu_check.sh: every GPU-side check of the fast tier (fast/), on one machine,
-# in ten parts that each run on their own, none of them long.
+# in ten parts that each run on their own, each within ten minutes.
 #
 #   bash fast/proof/gpu_check.sh wheel OUT      # the wheel under this machine's torch:
 #                                               # imported from outside the tree, the
 #                                               # table chosen and forced to each kernel,
-#                                               # the lesson's table beside it
+#                                               # each switch's value taken or refused by
+#                                               # name (tests/switches.py), the lesson's
+#                                               # table beside it
 #   bash fast/proof/gpu_check.sh gate OUT       # proof/gate.cu and its ordering build,
 #                                               # compute-sanitizer on the gate and on the
 #                                               # operators through torch, the warp
-#                                               # barriers in the PTX, the planted bugs
-#                                               # that these must catch, the lesson's
-#                                               # table against day87_fast
-#                                               # (tests/test_fast.py), its self-test
-#                                               # (proof/self_test_fast.py), which plan
-#                                               # ran, ncu on the forward
+#                                               # barriers in the PTX, the lesson's table
+#                                               # against day87_fast (tests/test_fast.py),
+#                                               # its self-test (proof/self_test_fast.py),
+#                                               # which plan ran, ncu on the forward
+#   bash fast/proof/gpu_check.sh gate-bugs OUT  # version 1's and the scaled backward's
+#                                               # planted bugs, which the gate's checks
+#                                               # must catch (proof/planted_bugs.py)
 #   bash fast/proof/gpu_check.sh bench OUT      # bench/bench.py: every table, day 88's
 #                                               # included
 #   bash fast/proof/gpu_check.sh forward OUT    # the tile plans: the gate for sm_90a and
@@ -25,53 +28,45 @@
 #                                               # gate and compute-sanitizer, the table,
 #                                               # which plan ran, the plans among the
 #                                               # variants
-#   bash fast/proof/gpu_check.sh hopper OUT     # the Hopper kernels (an H100 or H200): the
-#                                               # gate for sm_90a, its launcher chosen and
-#                                               # forced to each, its ordering build,
-#                                               # memcheck and synccheck at shapes up to
-#                                               # 512, wgmma_order, the Hopper planted bugs
-#   bash fast/proof/gpu_check.sh cluster OUT    # version 4 (the same card): the gate forced
-#                                               # to it, the ordering build, racecheck,
-#                                               # synccheck and memcheck on the Hopper plans
-#                                               # up to 512, tma_store_order, the tile order
-#                                               # timed on versions 3 and 4, version 4's
-#                                               # planted bugs
-#   bash fast/proof/gpu_check.sh split OUT      # version 5 (sm_90 and up): the gate, forced
-#                                               # to it, its ordering build, the sanitizers
-#                                               # at shapes up to 512, its planted bugs, the
-#                                               # table forced to it, which kernel and plan
-#                                               # ran
-#   bash fast/proof/gpu_check.sh backward OUT   # the backward in one launch (sm_80 and
-#                                               # up): its gate and the sanitizers on it,
-#                                               # the table forced to it and to the three
-#                                               # kernels, which kernels ran, a switch it
-#                                               # refuses, its planted bugs
+#   bash fast/proof/gpu_check.sh hopper OUT     # version 3 (an H100 or H200): the gate for
+#                                               # sm_90a, its launcher chosen and forced to
+#                                               # it, its ordering build, memcheck,
+#                                               # racecheck and synccheck at shapes up to
+#                                               # 512, wgmma_order, the tile order timed
+#   bash fast/proof/gpu_check.sh hopper-bugs OUT  # the Hopper pipeline's planted bugs
+#                                               # (the same card), against the gate's
+#                                               # version 3 and wgmma_order
+#   bash fast/proof/gpu_check.sh studies OUT    # each study in fast/studies/ (the same
+#                                               # card): built, its checks and its times,
+#                                               # its ordering build, memcheck and
+#                                               # synccheck at shapes up to 512, the
+#                                               # Hopper pipeline's planted bugs against
+#                                               # version 2's study
 #   bash fast/proof/gpu_check.sh hopper-tables OUT  # the wheel as a user installs it:
 #                                               # HGMMA in its SASS, the table forced to
 #                                               # each kernel and chosen, and built for
-#                                               # 7.5+PTX (the T4's code); a switch it
-#                                               # refuses; bench.py's forward table
+#                                               # 7.5+PTX (the T4's code); bench.py's
+#                                               # forward table
 #
 # Run it from anywhere. OUT is taken from the lesson's folder (fast/..), as
 # checks/gpu_check.sh takes it, and the checks run in fast/, where its tools run as
 # modules (python3 -m proof.planted_bugs). Each step's output goes to the console and
 # to OUT/PART.log; the exit status is the number of steps that failed.
 #
-# The package under test: the wheel that DAY87_FAST_WHEEL names (one built elsewhere,
-# carried), else one built here from fast/ (setup.py); either installed into a folder of
-# its own, first on PYTHONPATH.
+# The package under test, in the parts that call it (wheel, gate, bench, forward,
+# hopper-tables): the wheel that DAY87_FAST_WHEEL names (one built elsewhere, carried),
+# else one built here from fast/ (setup.py); either installed into a folder of its own,
+# first on PYTHONPATH. The other parts build what they run with nvcc.
 set -u
 part=${1:-}
 out=${2:-}
-case "$part" in
-    wheel | gate | bench | forward | compute75 | hopper | cluster | split | backward | \
-        hopper-tables)
+parts="wheel|gate|gate-bugs|bench|forward|compute75|hopper|hopper-bugs|studies|hopper-tables"
+case "|$parts|" in
+    *"|$part|"*)
         [ -n "$out" ] || { echo "usage: bash fast/proof/gpu_check.sh $part OUT" >&2; exit 2; }
         ;;
     *)
-        echo "usage: bash fast/proof/gpu_check.sh" \
-            "wheel|gate|bench|forward|compute75|hopper|cluster|split|backward|hopper-tables OUT" \
-            >&2
+        echo "usage: bash fast/proof/gpu_check.sh $parts OUT" >&2
         exit 2
         ;;
 esac
@@ -97,7 +92,9 @@ install_package() {
     export PYTHONPATH="$folder${PYTHONPATH:+:$PYTHONPATH}"
 }
 site=/tmp/day87-fast-site   # outside OUT: only logs come back
-install_package "$site"
+case "$part" in
+    wheel | gate | bench | forward | hopper-tables) install_package "$site" ;;
+esac
 
 # Which kernel and tile plan day87_fast::wmma_mm ran at the lesson's first shape, by the
 # kernel's name in the profiler; it fails unless the name holds EXPECTED_PLAN.
@@ -131,10 +128,12 @@ if [ "$part" = wheel ]; then
     step import-outside bash -c 'cd / && python3 -c "import day87_fast, torch
 print(day87_fast.__file__); print(day87_fast.BUILD); print(\"torch\", torch.__version__)"'
     step table python3 -m tests.test_fast
-    for kernel in wmma split hopper persistent cluster; do
+    for kernel in wmma persistent; do
         step "table-$kernel" env DAY87_FAST_KERNEL=$kernel python3 -m tests.test_fast
     done
-    step table-one-launch env DAY87_FAST_BACKWARD=one-launch python3 -m tests.test_fast
+    # Each value of DAY87_FAST_KERNEL and DAY87_FAST_BACKWARD through the package: what
+    # ships runs, and a version that is a study now, or left, is refused by name.
+    step switches python3 -m tests.switches
     step lesson-table bash -c "cd .. && python3 test_op.py"
 fi
 
@@ -158,7 +157,6 @@ if [ "$part" = gate ]; then
         python3 -c "$driver"
     # The epilogue's warp barriers, read from the PTX: no run can see a missing one.
     step warp-barriers python3 -m proof.ptx.warp_barriers
-    step planted-bugs python3 -m proof.planted_bugs
     step table python3 -m tests.test_fast
     step self-test python3 -m proof.self_test_fast
     wmma_plan="wmmaGemmKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
@@ -168,6 +166,10 @@ if [ "$part" = gate ]; then
         python3 -c "import torch, day87_fast; \
 a = torch.randn(4096, 4096, dtype=torch.half, device='cuda'); \
 day87_fast.wmma_mm(a, a); torch.cuda.synchronize()"
+fi
+
+if [ "$part" = gate-bugs ]; then
+    step planted-bugs python3 -m proof.planted_bugs
 fi
 
 if [ "$part" = bench ]; then
@@ -200,7 +202,7 @@ if [ "$part" = compute75 ]; then
             "$out/gate75"
     done
     # day87_fast built here for 7.5+PTX alone (the lesson too, in a cache of its own).
-    saved_path=$PYTHONPATH
+    saved_path=${PYTHONPATH-}
     install_package /tmp/day87-fast-75 7.5+PTX
     export TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75"
     step table-compute75 python3 -m tests.test_fast
@@ -221,129 +223,64 @@ if [ "$part" = hopper ]; then
     step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
         -o "$out/gate" proof/gate.cu
     step gate "$out/gate"
-    step gate-hopper-forced env DAY87_FAST_KERNEL=hopper "$out/gate"
     step gate-persistent-forced env DAY87_FAST_KERNEL=persistent "$out/gate"
     step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
         -o "$out/gate_ordering" proof/gate.cu
     step gate-ordering "$out/gate_ordering"
+    # at shapes up to 512: the whole gate, for sm_90a; racecheck on the Hopper plans alone
     for tool in memcheck synccheck; do
         step "sanitize-gate-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
             "$out/gate" --small
     done
+    step sanitize-gate-hopper-small-racecheck compute-sanitizer --tool racecheck \
+        --error-exitcode 1 "$out/gate" --small --hopper
     step wgmma-order python3 -m proof.ptx.wgmma_order
-    step planted-bugs-hopper python3 -m proof.planted_bugs hopper
-fi
-
-if [ "$part" = cluster ]; then
-    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
-        -o "$out/gate" proof/gate.cu
-    step gate-cluster-forced env DAY87_FAST_KERNEL=cluster "$out/gate"
-    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
-        -o "$out/gate_ordering" proof/gate.cu
-    step gate-ordering-hopper "$out/gate_ordering" --hopper
-    # the Hopper plans alone (versions 2 to 4), at shapes up to 512
-    for tool in racecheck synccheck memcheck; do
-        step "sanitize-gate-hopper-small-$tool" compute-sanitizer --tool "$tool" \
-            --error-exitcode 1 "$out/gate" --small --hopper
-    done
-    step tma-store-order python3 -m proof.ptx.tma_store_order
     step tile-order-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
         -o "$out/tile_order" bench/tile_order.cu
     step tile-order "$out/tile_order"
-    step planted-bugs-cluster python3 -m proof.planted_bugs cluster
 fi
 
-if [ "$part" = split ]; then
-    step gate-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
-        -o "$out/gate" proof/gate.cu
-    step gate "$out/gate"
-    step gate-split-forced env DAY87_FAST_KERNEL=split "$out/gate"
-    step gate-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a -DDAY87_ORDERING_BUILD \
-        -o "$out/gate_ordering" proof/gate.cu
-    step gate-ordering "$out/gate_ordering"
-    # version 5's plan alone, at shapes up to 512 (the hopper and cluster parts sanitize
-    # the Hopper plans)
-    for tool in memcheck racecheck synccheck initcheck; do
-        step "sanitize-gate-split-small-$tool" compute-sanitizer --tool "$tool" \
-            --error-exitcode 1 "$out/gate" --small --split
-    done
-    step sanitize-torch-split-memcheck env DAY87_FAST_KERNEL=split compute-sanitizer \
-        --tool memcheck --error-exitcode 1 python3 -c "$driver"
-    step table-split env DAY87_FAST_KERNEL=split python3 -m tests.test_fast
-    split_plan="wmmaClusterSplitKernel<tuned::version1::TilePlan<64, 64, 32, 32, 32, 3>"
-    step plan-run env DAY87_FAST_KERNEL=split EXPECTED_PLAN="$split_plan" python3 -c "$plan_run"
-    step planted-bugs-split python3 -m proof.planted_bugs split
+if [ "$part" = hopper-bugs ]; then
+    step planted-bugs-hopper python3 -m proof.planted_bugs hopper
 fi
 
-if [ "$part" = backward ]; then
-    arch=$(python3 -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
-    step gate-build nvcc -O3 -lineinfo -gencode "arch=compute_$arch,code=sm_$arch" \
-        -o "$out/gate" proof/gate.cu
-    step gate-backward "$out/gate" --backward
-    for tool in memcheck racecheck synccheck initcheck; do
-        step "sanitize-gate-backward-small-$tool" compute-sanitizer --tool "$tool" \
-            --error-exitcode 1 "$out/gate" --small --backward
+if [ "$part" = studies ]; then
+    # Each study in fast/studies/ (tests/test_studies.py holds that every one is named
+    # here). Version 2's driver checks it at the gate's Hopper shapes, times it beside
+    # version 3 and compares their bits; its ordering build holds its pipeline back.
+    step version2-build nvcc -O3 -lineinfo -gencode arch=compute_90a,code=sm_90a \
+        -o "$out/version2_hopper" studies/version2_hopper.cu
+    step version2 "$out/version2_hopper"
+    step version2-ordering-build nvcc -O3 -gencode arch=compute_90a,code=sm_90a \
+        -DDAY87_ORDERING_BUILD -o "$out/version2_hopper_ordering" studies/version2_hopper.cu
+    step version2-ordering "$out/version2_hopper_ordering"
+    for tool in memcheck synccheck; do
+        step "sanitize-version2-small-$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+            "$out/version2_hopper" --small
     done
-    step sanitize-torch-backward-memcheck env DAY87_FAST_BACKWARD=one-launch compute-sanitizer \
-        --tool memcheck --error-exitcode 1 python3 -c "$driver"
-    step table-one-launch env DAY87_FAST_BACKWARD=one-launch python3 -m tests.test_fast
-    step table-scaled env DAY87_FAST_BACKWARD=scaled python3 -m tests.test_fast
-    step backward-run python3 -c "import os, sys
-import torch, day87_fast
-x = torch.randn(256, 384, dtype=torch.half, device='cuda', requires_grad=True)
-w = torch.randn(384, 512, dtype=torch.half, device='cuda', requires_grad=True)
-for switch, kernel in [('one-launch', 'oneLaunchBackwardKernel'), ('auto', 'scaleToHalfKernel')]:
-    os.environ['DAY87_FAST_BACKWARD'] = switch
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-        day87_fast.wmma_mm(x, w).sum().backward()
-        torch.cuda.synchronize()
-    names = sorted({event.name for event in profile.events() if 'tuned::' in event.name})
-    print(switch, 'ran', names)
-    assert any(kernel in name for name in names), 'expected ' + kernel
-os.environ['DAY87_FAST_BACKWARD'] = 'cublas'
-try:
-    day87_fast.wmma_mm(x, w).sum().backward()
-except RuntimeError as error:
-    print('refused:', error)
-    assert 'must be one-launch, scaled or auto' in str(error) and \"'cublas'\" in str(error)
-else:
-    sys.exit('DAY87_FAST_BACKWARD=cublas was not refused')"
-    step planted-bugs-backward python3 -m proof.planted_bugs backward
+    step planted-bugs-study python3 -m proof.planted_bugs study
 fi
 
 if [ "$part" = hopper-tables ]; then
     # The wheel as a user installs it (every architecture, sm_90a among them): the driver
     # must choose the sm_90a code for the Hopper kernels to run.
-    step table-cluster env DAY87_FAST_KERNEL=cluster python3 -m tests.test_fast
     step table-persistent env DAY87_FAST_KERNEL=persistent python3 -m tests.test_fast
-    step table-hopper env DAY87_FAST_KERNEL=hopper python3 -m tests.test_fast
     step library-sass bash -c 'library=$(python3 -c "import day87_fast
 print(day87_fast.BUILD[\"library\"])") && cuobjdump --list-elf --list-ptx "$library" &&
         echo "HGMMA instructions: $(cuobjdump --dump-sass "$library" | grep -c HGMMA)"'
     step table-auto python3 -m tests.test_fast
     step table-wmma env DAY87_FAST_KERNEL=wmma python3 -m tests.test_fast
     # and built for 7.5+PTX alone: the T4's code
-    saved_path=$PYTHONPATH
+    saved_path=${PYTHONPATH-}
     install_package /tmp/day87-fast-75 7.5+PTX
     step table-compute75 env TORCH_CUDA_ARCH_LIST=7.5+PTX TORCH_EXTENSIONS_DIR="$out/cache75" \
         python3 -m tests.test_fast
     export PYTHONPATH=$saved_path
-    step switch-refused python3 -c "import os, sys
-import torch, day87_fast
-os.environ['DAY87_FAST_KERNEL'] = 'cublas'
-a = torch.randn(128, 16, dtype=torch.half, device='cuda')
-try:
-    day87_fast.wmma_mm(a, a.new_zeros(16, 128))
-except RuntimeError as error:
-    print('refused:', error)
-    assert 'must be split, cluster, persistent, hopper, wmma or auto' in str(error)
-    assert \"'cublas'\" in str(error)
-else:
-    sys.exit('DAY87_FAST_KERNEL=cublas was not refused')"
     step bench-forward python3 -m bench.bench --forward --picture "$out/bench-forward.svg"
     rm -rf "$out"/cache75
 fi
 
-rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order"
+rm -f "$out/gate" "$out/gate75" "$out/gate_ordering" "$out/tile_order" "$out/version2_hopper" \
+    "$out/version2_hopper_ordering"
 echo "fast/proof/gpu_check $part: $failures step(s) failed" | tee -a "$log"
 exit "$failures"

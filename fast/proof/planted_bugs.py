@@ -1,54 +1,45 @@
 """planted_bugs.py: bugs planted in the fast tier's kernels, each seen caught. From fast/:
 
     python -m proof.planted_bugs             (needs a GPU and nvcc): version 1's bugs
-    python -m proof.planted_bugs hopper      (a card of capability 9.0): the Hopper kernels'
-    python -m proof.planted_bugs cluster     (the same card): version 4's own
-    python -m proof.planted_bugs split       (sm_90 and up): version 5's
-    python -m proof.planted_bugs backward    (sm_80 and up): the backward in one launch's
-    python -m proof.planted_bugs PART "BUG"  PART wmma, hopper, cluster, split or backward:
-                                             its copy with no bug, and that one bug
+    python -m proof.planted_bugs hopper      (a card of capability 9.0): the Hopper pipeline's,
+                                             against the gate (version 3)
+    python -m proof.planted_bugs study       (the same card): the same bugs, against version
+                                             2's study
+    python -m proof.planted_bugs PART "BUG"  PART wmma, hopper or study: its copy with no
+                                             bug, and that one bug
 
-Each planted bug is a text edit of one or more of fast/csrc/'s CUDA files, made in a copy of
-the repository; an edit whose text a file no longer holds stops the run, naming the
-bug and the file. (This is the one tool that edits source text: a planted bug is a
-mutation of the real kernel, not a variant of it.) Three
-checks run on every copy: fast/proof/gate.cu compiled for this machine's card, in its
-plain and its ordering build, and proof/ptx/warp_barriers.py, which reads the compiled
-PTX; a fourth, compute-sanitizer's racecheck on the plain gate (slow beside the
-others), runs on the copy with no bug and on each bug that names it, where that gate
-built (in this part only). Each bug names the checks that must fail on it; every
-other check must pass, and the copy with no bug must pass them all. A check that
-could not run (a copy that does not build, a racecheck with no summary) is never a
-catch: it is counted as a verdict not expected. The exit status is the number of
-verdicts that were not the expected one. The gates build side by side.
+Each planted bug is a text edit of one or more of fast/'s CUDA files, made in a copy of the
+repository; an edit whose text a file no longer holds stops the run, naming the bug and
+the file. (This is the one tool that edits source text: a planted bug is a mutation of the
+real kernel, not a variant of it.) Three checks run on every copy: fast/proof/gate.cu
+compiled for this machine's card, in its plain and its ordering build, and
+proof/ptx/warp_barriers.py, which reads the compiled PTX; a fourth, compute-sanitizer's
+racecheck on the plain gate (slow beside the others), runs on the copy with no bug and on
+each bug that names it, where that gate built (in this part only). Each bug names the
+checks that must fail on it; every other check must pass, and the copy with no bug must
+pass them all. A check that could not run (a copy that does not build, a racecheck with
+no summary) is never a catch: it is counted as a verdict not expected. The exit status is
+the number of verdicts that were not the expected one. The programs build side by side.
 
-The Hopper part plants its bugs in the Hopper kernels' pipeline (versions 2 and 3
-each hold the same producer, consumers and epilogue, so a bug there is planted in
-both files; one bug is in common.cuh's descriptors, one is version 3's own) and runs,
-on every copy, the gate and the ordering gate built for sm_90a with --hopper (its
-plans alone, on both versions; the ordering build starts every stage as NaN, holds
-the producer before each stage's first fill and each consumer before it multiplies a
-stage), and proof/ptx/wgmma_order.py, which reads the PTX for fenced, committed and
-waited-for MMAs.
-The cluster part plants version 4's own bugs (its clusters' barriers and multicast,
-its stores of C through shared memory) and runs the same two gates and
-proof/ptx/tma_store_order.py, which reads the PTX for the stores' order, as well as
-proof/ptx/wgmma_order.py.
-The split part plants version 5's bugs (its reduction in the cluster) and runs the two
-gates built for the card with --split (version 5's plan alone, each shape against
-version 1's bits; the ordering build holds every split but the first before it writes
-its partial tile); no PTX walk reads version 5.
-The backward part plants the bugs of the backward in one launch
-(fast/csrc/backward_version2_one_launch.cu) and runs the two gates built for the card
-with --backward (its shapes alone; the ordering build changes nothing in it, so that
-gate is a second run), and racecheck on the plain gate with --backward --small.
-In the Hopper, cluster, split and backward parts a gate that runs past GATE_LIMIT_S (a pipeline
-that lost its barriers' count, or a cluster's barrier that a block never reaches, can
-wait forever) has failed. compute-sanitizer's racecheck runs
-there as a control, on the copy with no bug and on the consumer that does not wait,
-at shapes up to 512: its hazard count is printed, and is no verdict either way,
-because whether racecheck sees what TMA writes and wgmma reads is what the control
-is for.
+The Hopper and study parts plant the same bugs in the Hopper pipeline, which version 3
+(in the package) and version 2 (its study, fast/studies/version2_hopper.cu) hold alike,
+so a bug there is planted in both files; one bug is in common.cuh's descriptors, which
+both include, and one is version 3's own (the study must pass it). On every copy the
+Hopper part runs the gate and the ordering gate built for sm_90a with --hopper (version
+3's plans alone; the ordering build starts every stage as NaN, holds the producer before
+each stage's first fill and each consumer before it multiplies a stage) and
+proof/ptx/wgmma_order.py, which reads both files' PTX for fenced, committed and
+waited-for MMAs; the study part runs version 2's study and its ordering build with
+--no-timing (its checks alone, at the gate's Hopper shapes). Two parts, so that each runs
+within ten minutes. A gate or study that runs past GATE_LIMIT_S (a pipeline that lost its
+barriers' count can wait forever) has failed. compute-sanitizer's racecheck runs in the
+Hopper part as a control, on the copy with no bug and on the consumer that does not
+wait, at shapes up to 512: its hazard count is printed, and is no verdict either way,
+because whether racecheck sees what TMA writes and wgmma reads is what the control is
+for.
+
+The bugs of the versions that left the package (4, 5 and the backward in one launch) left
+with them; fast/NOTES.md keeps their verdicts, and git the commit that planted them.
 """
 
 import os
@@ -64,19 +55,23 @@ import torch
 
 from proof import REPOSITORY
 from proof.ptx import nvcc
-from proof.ptx.tma_store_order import store_problems
 from proof.ptx.warp_barriers import missing_barriers
 from proof.ptx.wgmma_order import order_problems
 
-GATE_SOURCE = os.path.join("fast", "proof", "gate.cu")  # from the repository's top
+# The programs that run a copy's kernels, from the repository's top.
+GATE_SOURCE = os.path.join("fast", "proof", "gate.cu")
+STUDY_SOURCE = os.path.join("fast", "studies", "version2_hopper.cu")
 
 GATE, ORDERING_GATE, WARP_BARRIERS, RACECHECK = (
     "gate", "ordering gate", "warp barriers", "racecheck")
-WGMMA_ORDER, TMA_STORE_ORDER = "wgmma_order.py", "tma_store_order.py"
-# The time limits of the Hopper, cluster and split parts: their gates (the Hopper plans
-# alone, or version 5's) run in about 10 s, and racecheck at shapes up to 512 in well
-# under a minute. Version 1's part has none: its bugs cannot hang, and its racecheck of
-# the whole gate takes minutes.
+STUDY, ORDERING_STUDY, WGMMA_ORDER = "study", "ordering study", "wgmma_order.py"
+# The Hopper part's gates and studies, in both builds: a bug in the pipeline that version 3
+# and version 2's study share must fail (or may, by timing) in both.
+PLAIN, ORDERING = (GATE, STUDY), (ORDERING_GATE, ORDERING_STUDY)
+# The time limit of the Hopper and study parts: the gate (the Hopper plans alone) and the
+# study run in about 10 s each, and racecheck at shapes up to 512 in well under a minute.
+# Version 1's part has none: its bugs cannot hang, and its racecheck of the whole gate
+# takes minutes.
 GATE_LIMIT_S = 30
 HOPPER_RACECHECK_LIMIT_S = 60
 
@@ -89,20 +84,15 @@ class Bug(NamedTuple):
     # the plain gate sees an ordering bug only where a multiply happens to be slow.
     by_timing: tuple = ()
     sm_90_only: bool = False  # in the early-launched reduction, which older code does not have
-    hopper: bool = False  # in the Hopper kernels: the Hopper part's
-    cluster: bool = False  # in version 4's own code: the cluster part's
-    split: bool = False  # in version 5's code (sm_90 and up): the split part's
-    backward: bool = False  # in the backward in one launch (sm_80 and up): the backward part's
+    hopper: bool = False  # in the Hopper pipeline: the Hopper and study parts
     racecheck_control: bool = False  # racecheck's hazards printed, as a control, not a verdict
 
 
 VERSION1, SCALE = ("fast/csrc/version1_wmma.cuh",), ("fast/csrc/backward_version1_scaled.cu",)
 COMMON, VERSION3 = ("fast/csrc/common.cuh",), ("fast/csrc/version3_persistent.cuh",)
-VERSION4 = ("fast/csrc/version4_cluster.cuh",)
-VERSION5 = ("fast/csrc/version5_split_cluster.cuh",)
-ONE_LAUNCH = ("fast/csrc/backward_version2_one_launch.cu",)
-# Versions 2 and 3 hold the same producer, consumers and epilogue: a bug there is in both.
-HOPPER_PIPELINES = ("fast/csrc/version2_hopper.cuh", "fast/csrc/version3_persistent.cuh")
+# Version 3 and version 2's study hold the same producer, consumers and epilogue: a bug
+# there is in both.
+HOPPER_PIPELINES = ("fast/studies/version2_hopper.cu", "fast/csrc/version3_persistent.cuh")
 
 
 BUGS = {
@@ -156,51 +146,6 @@ BUGS = {
         SCALE, [("col_stride == 1 && row_stride == cols &&",
                  "col_stride == 1 && row_stride >= cols &&")],
         (GATE, ORDERING_GATE)),
-    # Version 5's reduction in the cluster (the split part): a split dropped or added
-    # twice, the rows that an uneven share leaves over never stored (C keeps the gate's
-    # NaN there), and a block that reads the others' partial tiles without waiting at
-    # the cluster's barrier, which the ordering build catches on every run (every
-    # split but the first holds before it writes its tile).
-    "version 5 drops the first split's partial sum": Bug(
-        VERSION5, [("sums[i] = other == 0 ? parts[i]",
-                    "sums[i] = other == 0 ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)")],
-        (GATE, ORDERING_GATE), split=True),
-    "version 5 adds the first split's partial sum twice": Bug(
-        VERSION5, [("sums[i] = other == 0 ? parts[i]",
-                    "sums[i] = other == 0 ? make_float4(2 * parts[i].x, 2 * parts[i].y, "
-                    "2 * parts[i].z, 2 * parts[i].w)")],
-        (GATE, ORDERING_GATE), split=True),
-    "version 5's uneven shares leave the last rows unstored": Bug(
-        VERSION5, [("const int share = ((split + 1) * Plan::kBlockM / splits - first_row) * "
-                    "kVectorsPerRow;",
-                    "const int share = Plan::kBlockM / splits * kVectorsPerRow;")],
-        (GATE, ORDERING_GATE), split=True),
-    "version 5 reads the partial tiles before the cluster's barrier": Bug(
-        VERSION5, [("    cluster.sync();\n\n    // This block's share",
-                    "\n    // This block's share")],
-        (ORDERING_GATE,), by_timing=(GATE,), split=True),
-    # The backward in one launch (the backward part): a warp's sums dropped from the
-    # addition or added twice, which both gates must catch; the addition reading sums
-    # that other warps have not stored yet, and a warp's next chunk written over the
-    # one its lanes still read, which timing may hide from the gates and racecheck
-    # must see.
-    "the backward in one launch drops warp 0's sums": Bug(
-        ONE_LAUNCH, [("for (int w = 0; w < kBackwardWarps; ++w) {",
-                      "for (int w = 1; w < kBackwardWarps; ++w) {")],
-        (GATE, ORDERING_GATE), backward=True),
-    "the backward in one launch adds warp 0's sums twice": Bug(
-        ONE_LAUNCH, [("float first = 0.0f, second = 0.0f;",
-                      "float first = shared[row * kBackwardStride + col],\n"
-                      "              second = shared[row * kBackwardStride + col + 1];")],
-        (GATE, ORDERING_GATE), backward=True),
-    "the backward in one launch adds before every warp has stored": Bug(
-        ONE_LAUNCH, [("__syncthreads();  // every warp's sums stored before any thread adds "
-                      "them", "")],
-        (RACECHECK,), by_timing=(GATE, ORDERING_GATE), backward=True),
-    "the backward in one launch fetches over a chunk still read": Bug(
-        ONE_LAUNCH, [("__syncwarp();  // every lane done with the chunk before the next "
-                      "lands", "")],
-        (RACECHECK,), by_timing=(GATE, ORDERING_GATE), backward=True),
     # No gate's output shows these two (proof/ptx/warp_barriers.py says why), so the gates
     # must pass on them, and a gate that does see one is reported. racecheck, which
     # watches every lane's shared-memory accesses, and the PTX walk must fail.
@@ -221,94 +166,64 @@ BUGS = {
     "a consumer does not wait for TMA to fill its stage": Bug(
         HOPPER_PIPELINES, [("        waitBarrier(&ring.full[stage], pass & 1);"
                             "  // TMA has written the whole stage\n", "")],
-        (ORDERING_GATE,), by_timing=(GATE,), hopper=True, racecheck_control=True),
+        ORDERING, by_timing=PLAIN, hopper=True, racecheck_control=True),
     "the producer does not wait for the consumers to empty a stage": Bug(
         HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);"
                             "  // the consumers' last use of it is over\n",
           "")],
-        (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
+        ORDERING, by_timing=PLAIN, hopper=True),
     "the descriptors' swizzle (64-byte) differs from the tensor maps' (128-byte)": Bug(
         COMMON, [("static_cast<uint64_t>(stride_bytes >> 4) << 32 | 1ull << 62;",
           "static_cast<uint64_t>(stride_bytes >> 4) << 32 | 2ull << 62;")],
-        (GATE, ORDERING_GATE), hopper=True),
+        PLAIN + ORDERING, hopper=True),
     "wgmma.fence only before the first stage's MMAs": Bug(
         HOPPER_PIPELINES, [("        mmaFence();\n", "        if (k_tile == 0) mmaFence();\n")],
-        (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
+        (WGMMA_ORDER,), by_timing=PLAIN + ORDERING, hopper=True),
     "wgmma.wait_group before wgmma.commit_group": Bug(
         HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();",
                             "        mmaWait<0>();\n        mmaCommit();")],
-        (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
+        (WGMMA_ORDER,), by_timing=PLAIN + ORDERING, hopper=True),
     "a stage handed back before its MMAs are waited for": Bug(
         HOPPER_PIPELINES, [("        mmaCommit();\n        mmaWait<0>();", "        mmaCommit();\n"
           "        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);\n        mmaWait<0>();"),
          ("        if (threadIdx.x % 32 == 0) arrive(&ring.empty[stage]);\n    }", "    }")],
-        (WGMMA_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True),
+        (WGMMA_ORDER,), by_timing=PLAIN + ORDERING, hopper=True),
     "the bias added at every stage of K": Bug(
         HOPPER_PIPELINES, [("                          : make_float2(0.0f, 0.0f);\n",
           "                          : make_float2(0.0f, 0.0f);\n"
           "        for (int j = 0; j < 16; ++j)\n"
           "            bias[j] = make_float2((operands.k + 63) / 64 * bias[j].x,\n"
           "                                  (operands.k + 63) / 64 * bias[j].y);\n")],
-        (GATE, ORDERING_GATE), hopper=True),
+        PLAIN + ORDERING, hopper=True),
     # Two more. The producer waits for the stage before the one it refills: for the
     # use kStages + 1 positions back to be over, not kStages, so it may overwrite a
     # stage that a consumer is still multiplying (in the producer that both versions
     # share). And version 3's own: each block's walk over its tiles stops one tile
     # early (in the producer and the consumers alike, so nothing hangs: the tile is
-    # simply never written, and C keeps the gate's NaN there).
+    # simply never written, and C keeps the gate's NaN there); version 2's study, which
+    # has no such walk, must pass.
     "the producer runs a stage ahead of its barrier": Bug(
         HOPPER_PIPELINES, [("        waitBarrier(&ring.empty[stage], (pass & 1) ^ 1);"
                             "  // the consumers' last use of it is over\n",
           "        waitBarrier(&ring.empty[(position + Plan::kStages - 1) % Plan::kStages],\n"
           "                    ((position - 1) / Plan::kStages & 1) ^ 1);\n")],
-        (ORDERING_GATE,), by_timing=(GATE,), hopper=True),
+        ORDERING, by_timing=PLAIN, hopper=True),
     "the persistent loop skips each block's last tile": Bug(
         VERSION3, [("index < tiles; index += gridDim.x",
                     "index + gridDim.x < tiles; index += gridDim.x")],
         (GATE, ORDERING_GATE), hopper=True),
-    # Version 4's. Its clusters' barriers and multicast fail a gate on every run: a
-    # block's stage that never fills, or a stage that never empties, hangs the gate
-    # (the time limit makes it a failure); a stage handed back for the wrong one is
-    # refilled under a consumer that the ordering build holds. Its stores of C through
-    # shared memory are ordered against TMA's reads, which no run is sure to show: the
-    # PTX must show them (proof/ptx/tma_store_order.py).
-    "a consumer warp arrives on its own block's barrier alone": Bug(
-        VERSION4, [("for (int rank = 0; rank < kClusterSize; ++rank) "
-                    "arriveInBlock(&ring.empty[stage], rank);",
-                    "arriveInBlock(&ring.empty[stage], clusterRank());")],
-        (GATE, ORDERING_GATE), hopper=True, cluster=True),
-    # Arrivals shifted by one stage (the next stage's barrier, or the previous one's)
-    # were planted first and pass both gates, rightly: the producer refills the stages
-    # in order, and in every pass one of its waits is stricter than it should be (for
-    # the next stage's barrier, stage 0's waits for the whole pass before it), which
-    # covers the others. A fixed stage changes the counts, and the ring stops.
-    "a consumer warp arrives in the other block for stage 0 alone": Bug(
-        VERSION4, [("arriveInBlock(&ring.empty[stage], rank);",
-                    "arriveInBlock(&ring.empty[rank == clusterRank() ? stage : 0], rank);")],
-        (GATE, ORDERING_GATE), hopper=True, cluster=True),
-    "the multicast mask leaves the cluster's last block out": Bug(
-        VERSION4, [("constexpr uint16_t kEveryBlock = (1 << kClusterSize) - 1;",
-                    "constexpr uint16_t kEveryBlock = (1 << (kClusterSize - 1)) - 1;")],
-        (GATE, ORDERING_GATE), hopper=True, cluster=True),
-    "a staging buffer rewritten before its store has read it": Bug(
-        VERSION4, [("        if (issuer) waitStoresRead<kStoreBuffers - 1>();\n", "")],
-        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
-    "a staging buffer's store waits for one store too few": Bug(
-        VERSION4, [("waitStoresRead<kStoreBuffers - 1>();", "waitStoresRead<kStoreBuffers>();")],
-        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
-    "the TMA store issued before the staging writes are fenced": Bug(
-        VERSION4, [("        fenceSharedForTma();\n", "")],
-        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
-    "the kernel ends before its last stores are written": Bug(
-        VERSION4, [("        if (threadIdx.x % 128 == 0) waitStoresWritten();\n", "")],
-        (TMA_STORE_ORDER,), by_timing=(GATE, ORDERING_GATE), hopper=True, cluster=True),
 }
 
-# Each bug goes into both of fast/proof/gate.cu's builds: the plain one, and the ordering
-# build, in which every split holds before it writes its partial sums (gate.cu says
-# how), so that a missing wait is caught on every split shape rather than only
-# where the multiply happens to be slow.
-GATES = {GATE: ("gate", []), ORDERING_GATE: ("gate_ordering", ["-DDAY87_ORDERING_BUILD"])}
+# Each bug goes into both builds of fast/proof/gate.cu (and, in the Hopper part, of version
+# 2's study): the plain one, and the ordering build, in which every split holds before it
+# writes its partial sums and the Hopper pipeline's fills and multiplies are held
+# (gate_check.cuh says how), so that a missing wait is caught on every run rather than
+# only where a kernel happens to be slow. check: (its program, its source, nvcc's flags).
+ORDERING_FLAGS = ["-DDAY87_ORDERING_BUILD"]
+PROGRAMS = {GATE: ("gate", GATE_SOURCE, []),
+            ORDERING_GATE: ("gate_ordering", GATE_SOURCE, ORDERING_FLAGS),
+            STUDY: ("version2_hopper", STUDY_SOURCE, []),
+            ORDERING_STUDY: ("version2_hopper_ordering", STUDY_SOURCE, ORDERING_FLAGS)}
 
 
 def copy_with_bug(folder, name, bug):
@@ -383,8 +298,8 @@ def run_racecheck(folder, arguments=(), limit_s=None):
 
 
 def run_gate(folder, program, arguments, limit_s):
-    """(whether the gate failed, what it said) for one gate in `folder`; a gate past
-    limit_s (None: no limit) has failed."""
+    """(whether the gate or study failed, what it said) for one program in `folder`; one
+    past limit_s (None: no limit) has failed."""
     gate = run_limited([f"./{program}", *arguments], folder, limit_s)
     if gate is None:
         return True, f"still running after {limit_s} s: killed"
@@ -397,30 +312,22 @@ def main(part, only=None):
     if not torch.cuda.is_available():
         sys.exit("planted_bugs.py needs a GPU to run the gates on; nothing was checked.")
     major, minor = torch.cuda.get_device_capability()
-    hopper = part in ("hopper", "cluster")
+    hopper = part in ("hopper", "study")
     if hopper and (major, minor) != (9, 0):
         sys.exit(f"planted_bugs.py {part} needs a card of capability 9.0 "
                  f"(this one: {major}.{minor}), where the Hopper kernels run; "
                  "nothing was checked.")
-    if part == "backward" and major < 8:
-        sys.exit(f"planted_bugs.py backward needs a card of capability 8.0 or newer "
-                 f"(this one: {major}.{minor}), where TF32's tensor cores run; "
-                 "nothing was checked.")
-    if part == "split" and major < 9:
-        sys.exit(f"planted_bugs.py split needs a card of capability 9.0 or newer "
-                 f"(this one: {major}.{minor}), where version 5's clusters run; "
-                 "nothing was checked.")
-    # The Hopper part's gates hold sm_90a code (the only code with the kernels' bodies)
-    # and check its plans alone; version 1's, the card's own architecture, everything.
+    # The Hopper and study parts' programs hold sm_90a code (the only code with the kernels'
+    # bodies): the gate checks version 3's plans alone, the study version 2's without
+    # timing them. Version 1's part builds the gate for the card's own architecture, and
+    # runs it whole.
     architecture = "90a" if hopper else f"{major}{minor}"
-    gate_arguments = (["--hopper"] if hopper else ["--split"] if part == "split"
-                      else ["--backward"] if part == "backward" else [])
-    gate_limit_s = GATE_LIMIT_S if part != "wmma" else None
+    checks = [STUDY, ORDERING_STUDY] if part == "study" else [GATE, ORDERING_GATE]
+    arguments = {GATE: ["--hopper"] if hopper else [], STUDY: ["--no-timing"]}
+    arguments[ORDERING_GATE], arguments[ORDERING_STUDY] = arguments[GATE], arguments[STUDY]
+    limit_s = GATE_LIMIT_S if hopper else None
     bugs = {name: bug for name, bug in BUGS.items()
-            if (bug.hopper == hopper and bug.cluster == (part == "cluster")
-                and bug.split == (part == "split") and bug.backward == (part == "backward")
-                and only in (None, name))
-            or not bug.edits}
+            if (bug.hopper == hopper and only in (None, name)) or not bug.edits}
     if only is not None and only not in bugs:
         sys.exit(f"planted_bugs: the {part} part has no bug named {only!r}")
     with tempfile.TemporaryDirectory(prefix="day87-planted-") as scratch:
@@ -428,21 +335,20 @@ def main(part, only=None):
         for index, (name, bug) in enumerate(bugs.items()):
             folders[name] = os.path.join(scratch, f"bug{index}")
             copy_with_bug(folders[name], name, bug)
-            for check, (program, flags) in GATES.items():
+            for check in checks:
+                program, source, flags = PROGRAMS[check]
                 builds[name, check] = subprocess.Popen(
                     [nvcc(), "-O3", "-gencode",
                      f"arch=compute_{architecture},code=sm_{architecture}", *flags,
-                     "-o", program, GATE_SOURCE], cwd=folders[name])
+                     "-o", program, source], cwd=folders[name])
         unexpected = 0
-        for name, bug in bugs.items():  # the PTX is read while the gates build
+        for name, bug in bugs.items():  # the PTX is read while the programs build
             reached = not bug.sm_90_only or major >= 9
             # check -> (whether it failed, what it said); None where it could not run,
             # which is never a catch: a planted edit that breaks the build proves nothing.
             results = {}
-            static_checks = ({WGMMA_ORDER: order_problems, TMA_STORE_ORDER: store_problems}
-                             if part == "cluster" else {WGMMA_ORDER: order_problems} if hopper
-                             else {} if part in ("split", "backward")
-                             else {WARP_BARRIERS: missing_barriers})
+            static_checks = ({WGMMA_ORDER: order_problems} if part == "hopper"
+                             else {} if part == "study" else {WARP_BARRIERS: missing_barriers})
             for static_check, read_ptx in static_checks.items():
                 try:
                     problems = read_ptx(folders[name])
@@ -451,28 +357,27 @@ def main(part, only=None):
                 except subprocess.CalledProcessError as error:
                     results[static_check] = (
                         None, f"nvcc could not compile the copy to PTX (exit {error.returncode})")
-            for check, (program, _) in GATES.items():
+            for check in checks:
+                program = PROGRAMS[check][0]
                 if builds[name, check].wait() != 0:
                     results[check] = (None, f"the {program} did not build")
                     continue
-                results[check] = run_gate(folders[name], program, gate_arguments, gate_limit_s)
-            if ((RACECHECK in bug.caught_by or not bug.edits) and part in ("wmma", "backward")
+                results[check] = run_gate(folders[name], program, arguments[check], limit_s)
+            if ((RACECHECK in bug.caught_by or not bug.edits) and not hopper
                     and results[GATE][0] is not None):
-                results[RACECHECK] = (run_racecheck(folders[name]) if part == "wmma" else
-                                      run_racecheck(folders[name], ["--backward", "--small"],
-                                                    HOPPER_RACECHECK_LIMIT_S))
+                results[RACECHECK] = run_racecheck(folders[name])
             for check, (failed, detail) in results.items():
                 if failed is None:
                     meaning, as_expected = "could not run: NOT AS EXPECTED", False
                 else:
                     meaning, as_expected = verdict(
-                        bug, check, failed,
-                        reached or check in (WARP_BARRIERS, WGMMA_ORDER, TMA_STORE_ORDER))
+                        bug, check, failed, reached or check in (WARP_BARRIERS, WGMMA_ORDER))
                 unexpected += not as_expected
                 print(f"{name:<54} {check:<14} {meaning}" + (f"; {detail}" if detail else ""),
                       flush=True)
-            if hopper and (bug.racecheck_control or not bug.edits) and results[GATE][0] is not None:
-                _, summary = run_racecheck(folders[name], gate_arguments + ["--small"],
+            if (part == "hopper" and (bug.racecheck_control or not bug.edits)
+                    and results[GATE][0] is not None):
+                _, summary = run_racecheck(folders[name], arguments[GATE] + ["--small"],
                                            HOPPER_RACECHECK_LIMIT_S)
                 print(f"{name:<54} {'racecheck':<14} control, not a verdict: {summary}", flush=True)
     print(f"planted_bugs: {unexpected} unexpected verdict(s)")
@@ -480,8 +385,6 @@ def main(part, only=None):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["cluster"],
-                                                  ["split"], ["backward"]):
-        sys.exit("usage: python -m proof.planted_bugs "
-                 "[wmma | hopper | cluster | split | backward] [BUG]  (from fast/)")
+    if len(sys.argv) > 3 or sys.argv[1:2] not in ([], ["wmma"], ["hopper"], ["study"]):
+        sys.exit("usage: python -m proof.planted_bugs [wmma | hopper | study] [BUG]  (from fast/)")
     main(sys.argv[1] if sys.argv[1:] else "wmma", sys.argv[2] if sys.argv[2:] else None)

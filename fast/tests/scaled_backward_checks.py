@@ -8,9 +8,6 @@ asks the operator for it), so this folder's row 13 is its own
 (check_backward_accuracy: the lesson's gradients, with the allowance). And the scale
 can go wrong in ways the lesson's backward cannot (check_scaled_backward_accuracy,
 one row of the fast operator's table; fast/proof/self_test_fast.py plants each way).
-The backward's version in one launch (DAY87_FAST_BACKWARD=one-launch) rounds grad to
-TF32 instead, unscaled: the same relative 2^-11 and no subnormals, within the same
-allowance; the rows run on it when it is forced.
 """
 
 import torch

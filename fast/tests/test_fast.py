@@ -41,15 +41,12 @@ class FastOperator(test_op.Operator):
     version 1, which the automatic choice takes for a grid as small as that
     (fast/csrc/launch_policy.cu's chooseLaunch). Its gradients get gradient_allowance beyond
     the lesson's bound (checks/hardening.py's row 16 asks for it)."""
-    kernel = {"split": "tuned::version5::wmmaClusterSplitKernel",
-              "cluster": "tuned::version4::hopperClusterKernel",
-              "persistent": "tuned::version3::hopperPersistentKernel",
-              "hopper": "tuned::version2::hopperGemmKernel"}.get(
-                  os.environ.get("DAY87_FAST_KERNEL"), "tuned::version1::wmmaGemmKernel")
+    kernel = {"persistent": "tuned::version3::hopperPersistentKernel"}.get(
+        os.environ.get("DAY87_FAST_KERNEL"), "tuned::version1::wmmaGemmKernel")
     gradient_allowance = staticmethod(gradient_allowance)
     python_name = "day87_fast/__init__.py"  # where its fake and backward are registered
     gate = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "proof", "gate.cu")  # row 14's: fast/'s own, with every version
+                        "proof", "gate.cu")  # row 14's: fast/'s own, with both versions
     launcher, launcher_file = "launchFastGemm", "fast/csrc/launch_policy.cu"
     # Check 6's hints, where this folder's fix goes: its stable binding, and the lesson's
     # README for the exercise's hints.
@@ -65,8 +62,8 @@ class FastOperator(test_op.Operator):
         super().__init__(module.NAMESPACE, module, build=installed_build_facts(module))
 
     def gate_target(self, architecture):
-        # The Hopper kernels (versions 2 to 4) are compiled only for sm_90a, as in the
-        # operator's build: a plain sm_90 gate would skip them, and refuse them forced.
+        # The Hopper kernel (version 3) is compiled only for sm_90a, as in the operator's
+        # build: a plain sm_90 gate would skip it, and refuse it forced.
         if architecture == "sm_90":
             return ["-gencode", "arch=compute_90a,code=sm_90a"]
         return super().gate_target(architecture)

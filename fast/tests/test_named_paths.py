@@ -28,8 +28,9 @@ SCRIPTS = [".ci/run", "checks/gpu_check.sh", "checks/gpu_check_steps.sh",
 ROOTS = (LESSON_FOLDER, FAST_FOLDER)
 PATH = re.compile(r"(?<![\w$/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|cu|cuh|cpp|sh|patch))\b")
 MODULE = re.compile(r"python3? -m ([\w.]+)((?:[ \t]+[^\s|;&)]+)*)")
-# A program of this project run with flags: the gate, built under OUT.
-GATE_RUN = re.compile(r'"\$out/gate(?:_ordering|75)?"((?:\s+--[\w-]+)+)')
+# A program of this project run with flags, built under OUT (in a plain, an ordering or a
+# compute_75 build): the gate, or a study, named as its source in fast/studies/ is.
+PROGRAM_RUN = re.compile(r'"\$out/(\w+?)(?:_ordering|75)?"((?:\s+--[\w-]+)+)')
 NOT_OURS = {"pytest", "pip", "venv"}
 
 
@@ -53,6 +54,13 @@ def module_source(module):
             if candidate.exists():
                 return candidate.read_text()
     return None
+
+
+def program_source(program):
+    """The text of a program's source: the gate's files (proof/gate*.cu*) or a study's."""
+    study = FAST_FOLDER / "studies" / f"{program}.cu"
+    paths = [study] if study.exists() else sorted((FAST_FOLDER / "proof").glob(f"{program}*.cu*"))
+    return "".join(path.read_text() for path in paths)
 
 
 def named_paths(text):
@@ -84,10 +92,10 @@ def test_every_module_and_flag_it_runs_exists(script):
             continue
         problems += [f"python -m {module} {flag}: not in its source"
                      for flag in re.findall(r"--[\w-]+", arguments) if f'"{flag}"' not in source]
-    gate = "".join(path.read_text() for path in (FAST_FOLDER / "proof").glob("gate*.cu*"))
-    for arguments in GATE_RUN.findall(script_text(script)):
-        problems += [f"the gate {flag}: not in proof/gate*.cu*"
-                     for flag in arguments.split() if f'"{flag}"' not in gate]
+    for program, arguments in PROGRAM_RUN.findall(script_text(script)):
+        source = program_source(program)
+        problems += [f"{program} {flag}: not in its source" if source else f"{program}: no source"
+                     for flag in arguments.split() if f'"{flag}"' not in source]
     assert not problems, f"{script}: " + "; ".join(problems)
 
 
@@ -98,10 +106,14 @@ def test_every_file_a_planted_bug_edits_exists():
 
 
 def test_a_wrong_name_is_seen():
-    """The lookups above can fail: a moved file, a module and a gate flag that are not."""
-    text = ('python3 -m proof.no_such_tool\n"$out/gate" --no-such-flag\n'
+    """The lookups above can fail: a moved file, a module, a program and a flag that are
+    not."""
+    text = ('python3 -m proof.no_such_tool\n"$out/gate_ordering" --no-such-flag\n'
             "nvcc -o gate fast/gate.cu  # gate_v2.cu\n")
     assert [path for path in named_paths(text) if not exists(path)] == ["fast/gate.cu",
                                                                         "gate_v2.cu"]
     assert module_source("proof.no_such_tool") is None
-    assert GATE_RUN.findall(text) == [" --no-such-flag"]
+    assert PROGRAM_RUN.findall(text) == [("gate", " --no-such-flag")]
+    assert '"--no-such-flag"' not in program_source("gate") and program_source("gate")
+    assert '"--no-timing"' in program_source("version2_hopper")
+    assert program_source("no_such_study") == ""

@@ -1,6 +1,7 @@
 """test_wgmma_order.py: wgmma_order.py's model on hand-written sequences; then it passes
-the Hopper kernels as they are, names each MMA-order bug that planted_bugs.py plants, and
-passes the Hopper bugs that are not about MMA order (no GPU needed: it reads the PTX).
+the Hopper kernels as they are (version 3's, and version 2's in its study), names each
+MMA-order bug that planted_bugs.py plants, and passes the Hopper bugs that are not about
+MMA order (no GPU needed: it reads the PTX).
 
     cd fast && python -m pytest tests/test_wgmma_order.py
 """
@@ -54,7 +55,7 @@ def test_every_mma_is_in_order():
 @pytest.mark.parametrize("name", HOPPER_BUGS)
 def test_each_hopper_bug(name, tmp_path):
     bug = planted_bugs.BUGS[name]
-    # Those it must catch named in the four kernels of versions 2 and 3 (the bug is
-    # planted in both versions' files, each kernel in both plans).
+    # Those it must catch named in the four kernels of versions 3 and 2 (the bug is
+    # planted in version 3's file and the study's, each kernel in both plans).
     assert_caught_where_it_must_be(order_problems(planted_copy(tmp_path, name, bug)), bug,
                                    planted_bugs.WGMMA_ORDER, kernels=4)

@@ -1,7 +1,7 @@
-"""What the PTX walkers' tests share (test_warp_barriers.py, test_wgmma_order.py,
-test_tma_store_order.py): the mark that skips where there is no nvcc to compile the
-kernels to PTX, the planted bugs of one part, a walker run on a copy with one bug
-planted, and what a walker's problems must say.
+"""What the PTX walkers' tests share (test_warp_barriers.py, test_wgmma_order.py): the mark
+that skips where there is no nvcc to compile the kernels to PTX (test_switches.py uses it
+too), the planted bugs of one part, a walker run on a copy with one bug planted, and what
+a walker's problems must say.
 """
 
 import os

@@ -1,8 +1,7 @@
-"""proof.ptx: what the three PTX walkers share. Each walker holds one rule:
+"""proof.ptx: what the two PTX walkers share. Each walker holds one rule:
 
     python -m proof.ptx.warp_barriers     version 1's and the lesson's epilogue barriers
     python -m proof.ptx.wgmma_order       the Hopper kernels' warpgroup MMAs in order
-    python -m proof.ptx.tma_store_order   version 4's stores of C through shared memory
 
 (from fast/; each needs nvcc, and no GPU). A rule that no run can be sure to show, a
 missing barrier or fence, is still in the program's text: this module compiles the
@@ -10,7 +9,8 @@ sources to PTX (compiled_ptx), cuts out each kernel that a walker asks for
 (kernel_bodies), follows every path through a kernel's branches and loops until the
 states a walker tracks stop changing (follow_every_path), and runs a walker from the
 command line (main): its problems printed, one line of verdict, exit status 1 where
-there is any.
+there is any. A third walker, of version 4's stores of C through shared memory, left
+with version 4 (fast/NOTES.md, "The versions").
 """
 
 import os
@@ -22,8 +22,9 @@ import tempfile
 from proof import REPOSITORY
 
 # The sources that hold the kernels, from the repository's top: fast/'s launcher, which
-# includes every version, and the lesson's kernel.
+# includes every version the package holds, version 2's study, and the lesson's kernel.
 LAUNCH_POLICY = os.path.join("fast", "csrc", "launch_policy.cu")
+VERSION2_STUDY = os.path.join("fast", "studies", "version2_hopper.cu")
 LESSON_KERNEL = "kernel.cu"
 
 LABEL = re.compile(r"^(\$\w+):")

@@ -1,5 +1,5 @@
-"""wgmma_order.py: the Hopper kernels' warpgroup MMAs, fenced, committed and waited for,
-read from the compiled program.
+"""wgmma_order.py: the Hopper kernels' warpgroup MMAs (version 3's, and version 2's in its
+study), fenced, committed and waited for, read from the compiled program.
 
     python -m proof.ptx.wgmma_order        (from fast/; needs nvcc, no GPU)
 
@@ -21,11 +21,11 @@ in flight, would need the walk to count groups). It is laxer in one: it does not
 ordinary register accesses, so a fence counts for the next group whatever runs between
 them (the zeros written after it, a wait_group and the stores included). A fence is
 tracked apart from the groups, so a fence after a wait_group 1 opens the next group.
-This check compiles fast/csrc/launch_policy.cu (every version) to PTX for compute_90a (the
-only target where the Hopper kernels have a body) and follows every path through each
-Hopper kernel (hopperGemmKernel, hopperPersistentKernel and hopperClusterKernel, each
-plan), branches and
-loops included, tracking which states each instruction can be reached in. Any MMA state
+This check compiles fast/csrc/launch_policy.cu (what the package builds) and version 2's
+study, fast/studies/version2_hopper.cu, to PTX for compute_90a (the only target where the
+Hopper kernels have a body) and follows every path through each Hopper kernel
+(hopperPersistentKernel in the first, hopperGemmKernel in the second, each plan),
+branches and loops included, tracking which states each instruction can be reached in. Any MMA state
 error on any path is a problem. A kernel with no MMA, no fence, no
 commit or no wait at all is one too: then there is nothing to judge. It exits 0 when
 every kernel's MMAs are in order, 1 otherwise.
@@ -36,14 +36,16 @@ import re
 from proof import ptx
 
 ARCHITECTURE = "90a"
-ENTRY = ptx.entry_named("hopper(?:Gemm|Persistent|Cluster)Kernel")
+# Each source and the kernels walked in it: the study includes the package's launcher, so
+# its PTX holds version 3 too, which is walked once, in the package's own.
+WALKED = [(ptx.LAUNCH_POLICY, ptx.entry_named("hopperPersistentKernel")),
+          (ptx.VERSION2_STUDY, ptx.entry_named("hopperGemmKernel"))]
 FENCE = re.compile(r"^\s*wgmma\.fence\b")
 MMA = re.compile(r"^\s*wgmma\.mma_async\b")
 COMMIT = re.compile(r"^\s*wgmma\.commit_group\b")
 WAIT = re.compile(r"^\s*wgmma\.wait_group\S*\s+(\d+);")
-# What needs every MMA finished: a stage handed back (to this block or, in version 4,
-# through the cluster's window), a store of the accumulators (to C, or to version 4's
-# staging buffers in shared memory).
+# What needs every MMA finished: a stage handed back, a store of the accumulators (to C,
+# or to shared memory).
 NEEDS_RESULTS = re.compile(
     r"^\s*(?:@!?%\w+\s+)?(?:mbarrier\.arrive(?:\.\w+)*\.shared|st\.global|st\.shared)\b")
 
@@ -101,8 +103,9 @@ def order_problems_in(name, lines):
 
 def order_problems(folder):
     """Every problem in `folder`'s Hopper kernels; an empty list when there is none."""
-    return ptx.walk_kernels(folder, [ARCHITECTURE], [ptx.LAUNCH_POLICY], ENTRY, "Hopper kernel",
-                            order_problems_in)
+    return [problem for source, entry in WALKED
+            for problem in ptx.walk_kernels(folder, [ARCHITECTURE], [source], entry,
+                                            "Hopper kernel", order_problems_in)]
 
 
 if __name__ == "__main__":
