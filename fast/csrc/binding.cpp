@@ -2,11 +2,11 @@
 // on the LibTorch stable ABI, so that one built library loads in every torch from 2.11 on.
 //
 // The lesson's binding.cpp uses the classic API (ATen, c10, torch/library.h): its library
-// calls C++ functions of the one libtorch it was compiled against. This file includes only
-// torch/csrc/stable and torch/headeronly, whose calls go through a C interface that later
-// torch versions keep (setup.py compiles it with TORCH_TARGET_VERSION set to 2.11, under
-// which any other torch header stops the build). fast/README.md sets each line of the
-// lesson's binding beside its stable form.
+// calls C++ functions of the one libtorch it was compiled against. This file includes
+// torch/csrc/stable, torch/headeronly and one C header of AOTInductor's shim (for addmm),
+// whose calls go through a C interface that later torch versions keep (setup.py compiles
+// it with TORCH_TARGET_VERSION set to 2.11, under which any other torch header stops the
+// build). fast/csrc/README.md sets each line of the lesson's binding beside its stable form.
 //
 // In order: the messages, the contracts for a, b and the bias, an allocation, the CUDA
 // implementations (fast/csrc/launch_policy.cu's launcher, with a workspace for split K), the
