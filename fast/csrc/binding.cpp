@@ -8,7 +8,7 @@
 // it with TORCH_TARGET_VERSION set to 2.11, under which any other torch header stops the
 // build). fast/csrc/README.md sets each line of the lesson's binding beside its stable form.
 //
-// In order: the messages, the contracts for a, b and the bias, an allocation, the CUDA
+// In order: the messages, the contracts for a, b and the bias, the CUDA
 // implementations (fast/csrc/launch_policy.cu's launcher, with a workspace for split K), the
 // tensor-core backward in one dispatcher call (the scaling kernel, then cuBLAS on PyTorch's
 // handle), the float64 CPU implementations, and the registrations under the namespace
@@ -34,7 +34,6 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #ifdef DAY87_WITH_CUDA
 #include <cublas_v2.h>  // the backward's products; setup.py links cuBLAS (torch has loaded it)
@@ -244,35 +243,6 @@ void checkContractWithBias(const std::string& op, const Tensor& a, const Tensor&
     });
 }
 
-// ---- Allocation -------------------------------------------------------------
-// A new row-major tensor of `sizes` and `type`, on `like`'s device, from PyTorch's
-// allocator (on CUDA its caching allocator: no cudaMalloc, no sync, safe in a CUDA graph
-// capture). aoti_torch_empty_strided is the stable ABI's C function for at::empty_strided.
-// torch::stable::new_empty, from torch 2.10 on, is a boxed dispatcher call instead, which
-// finds aten::new_empty by its name at every call: the backward makes four allocations a
-// call, and a small layer's training step is bound by the host's time.
-Tensor emptyRowMajor(const Tensor& like, std::initializer_list<int64_t> sizes,
-                     ScalarType type) {
-    int32_t aoti_type = 0;  // the C functions name a dtype by a code of their own
-    switch (type) {
-        case ScalarType::Half: aoti_type = aoti_torch_dtype_float16(); break;
-        case ScalarType::Float: aoti_type = aoti_torch_dtype_float32(); break;
-        case ScalarType::Double: aoti_type = aoti_torch_dtype_float64(); break;
-        default: throw std::runtime_error("emptyRowMajor: no code for " + typeName(type));
-    }
-    // Row-major: each dimension's stride is the product of the sizes after it.
-    std::vector<int64_t> strides(sizes.size(), 1);
-    for (int64_t dimension = static_cast<int64_t>(sizes.size()) - 2; dimension >= 0; --dimension)
-        strides[dimension] = strides[dimension + 1] * sizes.begin()[dimension + 1];
-    int32_t device_type = 0;
-    TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
-    AtenTensorHandle made = nullptr;
-    TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
-        static_cast<int64_t>(sizes.size()), sizes.begin(), strides.data(), aoti_type,
-        device_type, like.get_device_index(), &made));
-    return Tensor(made);  // the Tensor owns the new reference
-}
-
 #ifdef DAY87_WITH_CUDA
 // The caller's stream on `device_index`: the classic API's getCurrentCUDAStream, through
 // the C function that AOTInductor's generated code calls too (declared under USE_CUDA).
@@ -439,8 +409,8 @@ std::tuple<Tensor, Tensor> wmmaMmBackwardCuda(const Tensor& grad, std::optional<
     const int64_t k = b.has_value() ? b->size(0) : a.has_value() ? a->size(1) : 0;
     // A default-constructed Tensor is undefined, and reaches Python as None: no gradient for
     // that input.
-    Tensor grad_a = b.has_value() ? emptyRowMajor(*b, {m, k}, ScalarType::Half) : Tensor();
-    Tensor grad_b = a.has_value() ? emptyRowMajor(*a, {k, n}, ScalarType::Half) : Tensor();
+    Tensor grad_a = b.has_value() ? torch::stable::new_empty(*b, {m, k}) : Tensor();
+    Tensor grad_b = a.has_value() ? torch::stable::new_empty(*a, {k, n}) : Tensor();
     if (grad.numel() == 0) {  // no sums to scale: each product is empty or all zeros
         for (auto* out : {&grad_a, &grad_b})
             if (out->defined()) torch::stable::zero_(*out);
@@ -454,9 +424,9 @@ std::tuple<Tensor, Tensor> wmmaMmBackwardCuda(const Tensor& grad, std::optional<
     };
     // From PyTorch's caching allocator, on this stream: no cudaMalloc, no sync, and
     // safe inside a CUDA graph capture. The last two floats are cuBLAS's alpha and beta.
-    Tensor workspace = emptyRowMajor(grad, {tuned::kMaxHelperBlocks + 2}, ScalarType::Float);
+    Tensor workspace = torch::stable::new_empty(grad, {tuned::kMaxHelperBlocks + 2});
     float* alpha_and_beta = workspace.mutable_data_ptr<float>() + tuned::kMaxHelperBlocks;
-    Tensor scaled = emptyRowMajor(grad, {m, n}, ScalarType::Half);
+    Tensor scaled = torch::stable::new_empty(grad, {m, n}, ScalarType::Half);
     requireLaunched(op, tuned::launchScaleToHalf(
         grad.const_data_ptr<float>(), m, n, grad.stride(0), grad.stride(1), output(scaled),
         alpha_and_beta, workspace.mutable_data_ptr<float>(), stream));
@@ -480,7 +450,7 @@ Tensor wmmaMmCpu(const Tensor& a, const Tensor& b) {
 Tensor wmmaMmBiasCpu(const Tensor& a, const Tensor& b, const Tensor& bias) {
     checkContractWithBias("day87_fast::wmma_mm_bias", a, b, bias, ScalarType::Double,
                           ScalarType::Double, /*kernel_rules=*/false);
-    Tensor c = emptyRowMajor(a, {a.size(0), b.size(1)}, ScalarType::Double);
+    Tensor c = torch::stable::new_empty(a, {a.size(0), b.size(1)});
     // c = 1 * bias + 1 * (a @ b), bias broadcast down the rows.
     TORCH_ERROR_CODE_CHECK(aoti_torch_cpu_addmm_out(c.get(), bias.get(), a.get(), b.get(),
                                                     /*beta=*/1.0, /*alpha=*/1.0));
