@@ -25,7 +25,13 @@ line per implementation of the same computation:
   times would be a replay's, not a call's; so every line is timed the same way. For
   the forward it stays at FP32 accuracy or says otherwise: where this torch cannot
   compile torch.mm's out_dtype, the line names the form compiled instead, and its
-  error shows it.
+  error shows it;
+- Triton: bench/triton_peer.py, a Triton GEMM with the tiles its autotuner picks
+  among a few, FP16 in, FP32 accumulation and output, in tables A and D (there with
+  the bias added in its epilogue): what a day 88 user would write next. Its first
+  call at each shape autotunes, before the line is timed. Where triton does not
+  import (torch's CPU-only wheels have none), tables A and D say so and have no
+  Triton line.
 
 Each line has three times, microseconds per call (bench/timing.py measures them):
 wall, calls back to back and then one synchronize, divided by their count; host,
@@ -63,12 +69,13 @@ C. The backward alone at the same shapes: the lesson's op.py _backward (two FP32
    grad @ w.t() and x.t() @ grad, and those two compiled; GPU times taken in turn.
 D. Day 88's question, a bias in the kernel's store or added after: the fast tier's
    fused wmma_mm_bias against each operator plus a bias add, cuBLAS plus a bias
-   add, that compiled, and FP16 addmm; the lines' GPU times taken in turn, in the
-   listed order and in reverse (timing.graphs_in_turn), each GPU time and ratio
-   printed for both directions, and the spread of each line's replays in either
-   direction ((slowest - fastest) / median): a lead smaller than it is not a lead.
-   At every shape, lines give cuBLAS + bias's and compiled's GPU times over the fused
-   op's against their targets (DAY88_TARGETS), weighed as table A's.
+   add, that compiled, FP16 addmm and Triton's fused kernel; the lines' GPU times
+   taken in turn, in the listed order and in reverse (timing.graphs_in_turn), each
+   GPU time and ratio printed for both directions, and the spread of each line's
+   replays in either direction ((slowest - fastest) / median): a lead smaller than it
+   is not a lead.
+   At every shape, lines give cuBLAS + bias's, compiled's and Triton's GPU times over
+   the fused op's against their targets (DAY88_TARGETS), weighed as table A's.
 After each table, the seconds that torch.compile spent compiling and autotuning
 for it: what its line costs before its first useful call (less on a second run,
 which finds inductor's caches on disk); then the table again as Markdown, one row
@@ -120,6 +127,12 @@ import day87_fast  # noqa: E402  the fast tier, installed
 import op  # noqa: E402  the lesson
 from day87_fast import lesson_copy  # noqa: E402  the lesson's backward formula, copied
 from bench import forward_picture, timing  # noqa: E402
+
+try:
+    from bench import triton_peer  # noqa: E402  the Triton lines' kernel
+    TRITON_MISSING = None
+except ImportError as error:  # triton ships with torch's CUDA wheels only
+    triton_peer, TRITON_MISSING = None, f"{type(error).__name__}: {error}"
 
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 DAY88_SIZES = [(256, 384, 512), (512, 128, 1024), (2048, 2048, 2048), (8192, 4096, 4096)]  # M, K, N
@@ -245,9 +258,11 @@ class Line:
 TARGETS = {(256, 512, 384): 1 / 1.15, (512, 1024, 128): 1 / 1.15, (2048, 2048, 2048): 1.00,
            (4096, 4096, 4096): 1.03, (8192, 4096, 4096): 1.03, (8192, 8192, 8192): 1.03}
 # And day 88's fused op, at (M, K, N): each peer's GPU time over its own, the peer
-# named by its line's kind in table D (cuBLAS: cuBLAS + bias): 3% ahead of both at
-# every shape, and 10% ahead of compiled at 8192 x 4096 x 4096 (version 4's target too).
-DAY88_TARGETS = {shape: {"cuBLAS": 1.03, "compiled": 1.03} for shape in DAY88_SIZES}
+# named by its line's kind in table D (cuBLAS: cuBLAS + bias; Triton: its fused kernel,
+# where triton imports): 3% ahead of each at every shape, and 10% ahead of compiled at
+# 8192 x 4096 x 4096 (version 4's target too).
+DAY88_TARGETS = {shape: {"cuBLAS": 1.03, "compiled": 1.03, "Triton": 1.03}
+                 for shape in DAY88_SIZES}
 DAY88_TARGETS[8192, 4096, 4096]["compiled"] = 1.10
 # And the step (M, K, N), table B: FP16's GPU time over the fast tier's, as it chooses,
 # in both orders: at most 1.30x FP16's time at a small layer and at a middle one.
@@ -463,6 +478,19 @@ def table_heading(title, *more):
     print()
 
 
+def triton_missing():
+    """A heading's line saying why its table has no Triton line, where it has none."""
+    if triton_peer is not None:
+        return []
+    return [f"Triton: no line, bench/triton_peer.py does not import here: {TRITON_MISSING}"]
+
+
+def print_triton_tiles():
+    """The tiles Triton's autotuner chose for the block just printed (its last call's)."""
+    if triton_peer is not None:
+        print(f"  Triton's tiles here: {triton_peer.gemm_kernel.best_config}\n", flush=True)
+
+
 # The versions that DAY87_FAST_KERNEL forces, for the picture's legend.
 VERSIONS = {"wmma": 1, "persistent": 3}
 
@@ -471,7 +499,7 @@ def forward_table(base, picture):
     function, label, graded = base
     table_heading("A. the forward, c = a @ b, a (M x K) and b (K x N) FP16, c FP32",
                   "error: the worst |c - float64| / (K * 2^-23 * (|A| @ |B|)), test_op.py's bound; "
-                  "FP16: rel. ||c - float64|| / ||float64||")
+                  "FP16: rel. ||c - float64|| / ||float64||", *triton_missing())
     compiler = Compiler()
     # The fast tier as it chooses, and each of its kernels forced (version 3 where this
     # card runs it).
@@ -479,7 +507,8 @@ def forward_table(base, picture):
     # The picture's bars: every line but compiled's, in TF/s from the mean of its GPU
     # times in both orders.
     names = (["lesson", "fast, as it chooses"]
-             + [f"fast, {kernel} (version {VERSIONS[kernel]})" for kernel in forced] + ["cuBLAS"])
+             + [f"fast, {kernel} (version {VERSIONS[kernel]})" for kernel in forced] + ["cuBLAS"]
+             + (["Triton"] if triton_peer else []))
     tflops = {name: [] for name in names}
     for m, n, k in timing.FORWARD_SHAPES:
         torch.manual_seed(0)
@@ -488,7 +517,7 @@ def forward_table(base, picture):
         reference, magnitude = float64_product(a, b)
         peer, peer_label, peer_graded = compiler.forward(function, label, graded, fp32_product,
                                                          "a.float() @ b.float()", (a, b))
-        timings, spreads, cublas = print_block(f"M={m} N={n} K={k}", [
+        lines = [
             Line("lesson", "op.wmma_mm(a, b)", lambda: op.wmma_mm(a, b),
                  forward_error(True, reference, magnitude, k)),
             Line("fast", "day87_fast.wmma_mm(a, b)", lambda: day87_fast.wmma_mm(a, b),
@@ -499,11 +528,17 @@ def forward_table(base, picture):
                  forward_error(graded, reference, magnitude, k)),
             Line("compiled", peer_label, lambda: peer(a, b),
                  forward_error(peer_graded, reference, magnitude, k)),
-        ], timing.calls_for(m, n, k), both_orders=True)
+            *([Line("Triton", "triton_peer.matmul(a, b)", lambda: triton_peer.matmul(a, b),
+                    forward_error(True, reference, magnitude, k))] if triton_peer else []),
+        ]
+        timings, spreads, cublas = print_block(f"M={m} N={n} K={k}", lines,
+                                               timing.calls_for(m, n, k), both_orders=True)
+        print_triton_tiles()
         if (m, n, k) in TARGETS:  # line 1 is the fast tier as it chooses
             print_target("cuBLAS GPU time / the fast tier's as it chooses", timings, spreads,
                          1, cublas, TARGETS[m, n, k])
-        for name, index in zip(names, [*range(len(names) - 1), cublas]):
+        bars = [index for index, line in enumerate(lines) if line.kind != "compiled"]
+        for name, index in zip(names, bars):
             mean_us = statistics.mean(figures.gpu for figures in timings[index])
             tflops[name].append(2 * m * n * k / mean_us / 1e6)
     compiler.report()
@@ -588,7 +623,7 @@ def day88_table(base):
     table_heading("D. day 88: the bias in the kernel's store or added after; "
                   "a (M x K), b (K x N) FP16, bias (N) FP32",
                   "error: the worst |c - float64| / ((K + 1) * 2^-23 * (|A| @ |B| + |bias|)), "
-                  "test_op.py's bound; FP16: rel., bias FP16 too")
+                  "test_op.py's bound; FP16: rel., bias FP16 too", *triton_missing())
     compiler = Compiler()
     for m, k, n in DAY88_SIZES:
         torch.manual_seed(0)
@@ -613,11 +648,17 @@ def day88_table(base):
                  forward_error(peer_graded, reference, magnitude, k + 1)),
             Line("fp16", "torch.addmm(bias16, a, b)", lambda: torch.addmm(bias16, a, b),
                  forward_error(False, reference, magnitude, k + 1)),
+            *([Line("Triton", "triton_peer.matmul_bias(a, b, bias): fused",
+                    lambda: triton_peer.matmul_bias(a, b, bias), error)] if triton_peer else []),
         ]
         timings, spreads, _ = print_block(f"M={m} K={k} N={n}", lines, timing.calls_for(m, n, k),
                                           both_orders=True)
+        print_triton_tiles()
         for kind, target in DAY88_TARGETS[m, k, n].items():  # line 0 is the fused op
-            peer_line = next(index for index, line in enumerate(lines) if line.kind == kind)
+            peer_line = next((index for index, line in enumerate(lines) if line.kind == kind),
+                             None)
+            if peer_line is None:  # Triton's, where triton does not import
+                continue
             print_target(f"{kind} GPU time / the fused op's", timings, spreads, 0, peer_line,
                          target)
     compiler.report()
