@@ -11,7 +11,7 @@ and is refused with that fix. The CUDA toolkit is found as the lesson's op.py fi
 must be of torch's CUDA major version; without one, or with another, nothing compiles.
 
 The wheel holds two libraries, each fast/csrc/binding.cpp compiled with TORCH_TARGET_VERSION
-2.11 (only the stable ABI's headers compile then):
+2.11 (only the stable ABI's headers, and AOTInductor's C shim, compile then):
 - _library_cuda: with the kernels of fast/csrc, for a torch built with CUDA. Machine code for
   sm_75 to sm_90, sm_90a for the Hopper kernel (version 3), PTX of compute_90;
 - _library_cpu: the float64 CPU reference alone, for a torch built without CUDA.

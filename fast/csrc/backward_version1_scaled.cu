@@ -282,7 +282,7 @@ std::string backwardSwitchProblem() {
         return "";
     if (!std::strcmp(value, "one-launch"))
         return "DAY87_FAST_BACKWARD=one-launch: the backward in one launch left the package, "
-               "ahead of this one at the lesson's layer alone; its source: git show "
+               "behind this one at every size but the lesson's layer; its source: git show "
                "4771a90:fast/csrc/backward_version2_one_launch.cu; this package takes scaled "
                "or auto";
     return std::string("DAY87_FAST_BACKWARD must be scaled or auto; got '") + value + "'";

@@ -1,5 +1,6 @@
 // fast/csrc/binding.cpp: registers day87_fast::wmma_mm, wmma_mm_bias and wmma_mm_backward
-// on the LibTorch stable ABI, so that one built library loads in every torch from 2.11 on.
+// on the LibTorch stable ABI, so that one built library loads in every torch from 2.11 on
+// (the CUDA library, in one built with the same CUDA major version as the build's).
 //
 // The lesson's binding.cpp uses the classic API (ATen, c10, torch/library.h): its library
 // calls C++ functions of the one libtorch it was compiled against. This file includes

@@ -45,8 +45,7 @@ OPTIMIZER_SCOPE = "optimizer"  # train.py's record_function around the optimizer
 ATTENTION = re.compile(r"flash|fmha|attention|sdpa", re.IGNORECASE)
 GEMM_KERNELS = re.compile(
     r"gemm|gemv|nvjet|xmma|cutlass|triton_tem_"  # cuBLAS's families, Inductor's templates
-    r"|wmmaGemmKernel|splitSumKernel|wmmaClusterSplitKernel"  # kernel.cu's, csrc/'s
-    r"|hopperGemmKernel|hopperPersistentKernel|hopperClusterKernel|oneLaunchBackwardKernel")
+    r"|wmmaGemmKernel|splitSumKernel|hopperPersistentKernel")  # kernel.cu's, csrc/'s
 PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::baddbmm",
             "day87::wmma_mm", "day87_fast::wmma_mm", "day87_fast::wmma_mm_bias",
             "day87_fast::wmma_mm_backward"}

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import day87_fast  # the fast tier, installed (pip install ./fast)
+import day87_fast  # the fast tier, installed (../fast/README.md, Install)
 from tests.lesson_folder import LESSON  # also puts the lesson's op.py on sys.path
 
 import op  # noqa: E402  the lesson: builds its library on a first import, loads it after

@@ -8,7 +8,7 @@ a GPU or torch.
 """
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from bench.forward_picture import COLORS, _escape
 from day88.kernel_groups import GROUPS
@@ -34,7 +34,7 @@ class Drawn(NamedTuple):
     """One variant: its name, {group: milliseconds per step} (None where it was not
     profiled), its step's wall time in milliseconds, and its training loss at each step."""
     name: str
-    groups: dict | None
+    groups: Optional[dict]
     wall: float
     losses: list
 

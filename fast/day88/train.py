@@ -2,7 +2,7 @@
 project's text through nn.Linear, the lesson's operator and day87_fast.Linear, each
 profiled down to the kernel.
 
-From fast/, with day87_fast installed (pip install ./fast):
+From fast/, with day87_fast installed (../fast/README.md, Install):
     python -m day88.train --profile --out OUT    # a GPU: six variants, the tables, OUT's log
                                                  # and picture
     python -m day88.train --variants torch,fast --steps 100 --profile   # a shorter GPU run
@@ -52,7 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import torch._dynamo
@@ -119,13 +119,13 @@ LISTED_SHARE = 0.99  # of a variant's profiled time, listed kernel by kernel
 
 class Result(NamedTuple):
     name: str
-    not_run: str | None = None     # why a variant did not run (it does not compile whole)
+    not_run: Optional[str] = None    # why a variant did not run (it does not compile whole)
     losses: list = []              # the training loss at each step
     overflowed: int = 0            # training steps the GradScaler skipped: FP16 overflowed
     validation: tuple = ()         # (before, after) training
     wall: float = 0.0              # milliseconds per step
     host: float = 0.0              # milliseconds per step
-    profile: kernel_groups.Profile | None = None
+    profile: Optional[kernel_groups.Profile] = None
     seconds: float = 0.0           # the variant's whole run, compiling included
 
 
@@ -373,7 +373,8 @@ def print_verdict_figures(results, device):
                     for group in kernel_groups.GROUPS)
             print(line)
     if not model.day87_fast.layouts.reads_column_major_b(device):
-        # The issue's rule: the verdict is provisional while the layer makes this copy.
+        # The verdict is provisional while the layer makes this copy: the copy is then in
+        # the fast variants' figures as well as the lesson's.
         print("PROVISIONAL: day87_fast.Linear copies weight.t() on this device "
               "(day87_fast/layouts.py), as the lesson variant does: its copies are in the "
               "fast variants' figures too.")

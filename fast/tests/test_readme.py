@@ -38,11 +38,21 @@ def test_ci_runs_the_readmes_install_commands():
     assert install_commands() == ci, (install_commands(), ci)
 
 
-def test_a_changed_readme_command_is_seen():
-    # The comparison itself: a README that asked for one command more must not match CI.
+def test_a_changed_ci_step_is_seen():
+    # The parser itself: a CI step whose commands are swapped, or that drops the flag,
+    # must read as other commands than the README's.
     with open(CI) as file:
-        ci = ci_fresh_venv_commands(file.read())
-    assert install_commands() + ["pip install numpy"] != ci
+        text = file.read()
+    swapped = text.replace("in_fresh_venv pip install torch", "in_fresh_venv pip install TORCH")
+    swapped = swapped.replace("in_fresh_venv pip install --no-build-isolation ./fast",
+                              "in_fresh_venv pip install torch ninja \"setuptools>=70.1\"")
+    swapped = swapped.replace("in_fresh_venv pip install TORCH",
+                              "in_fresh_venv pip install --no-build-isolation ./fast")
+    isolated = text.replace("in_fresh_venv pip install --no-build-isolation ./fast",
+                            "in_fresh_venv pip install ./fast")
+    for changed in (swapped, isolated):
+        assert changed != text
+        assert ci_fresh_venv_commands(changed) != install_commands()
 
 
 def test_the_examples_run():

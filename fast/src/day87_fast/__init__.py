@@ -4,7 +4,7 @@ wmma_mm made fast. Open it after your own attempt at the exercise.
     pip install torch ninja "setuptools>=70.1"   # first: the build compiles against them
     pip install --no-build-isolation ./fast      # once: builds the wheel's two libraries
     import day87_fast
-    c = day87_fast.wmma_mm(a, b)               # the lesson's contract and dtypes
+    c = day87_fast.wmma_mm(a, b)               # the lesson's dtypes; b may be weight.t()
     c = day87_fast.wmma_mm_bias(a, b, bias)    # a @ b + bias, added in the kernel's store
     layer = day87_fast.Linear(768, 3072)       # nn.Linear's drop-in (linear.py)
 
