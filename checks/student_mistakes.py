@@ -43,11 +43,11 @@ KEY_STORE_ADD = f'''    {KEY_GUARD}
 '''
 
 # (mistake, file, the key's text, the mistake's text, where it must show, words it must say, where
-# it runs). "where" is a row of test_op.py (of fast/'s table for a file under FAST_PACKAGE), "any
-# row" (the first row to fail), or "import". A
-# mistake of several edits gives lists of texts. A word is a string, or a pattern where only its
-# form is known (a line number). It runs on "cpu" (every machine, CI), "gpu" (a GPU shows it), or
-# "both": everywhere, and again with --on-gpu, where the CUDA rows answer it too.
+# it runs). "where" is a row of test_op.py (of fast/'s table for a file under FAST_PACKAGE),
+# "any row" (the first row to fail), or "import". A mistake of several edits gives lists of
+# texts. A word is a string, or a pattern where only its form is known (a line number). It
+# runs on "cpu" (every machine, CI), "gpu" (a GPU shows it), or "both": everywhere, and again
+# with --on-gpu, where the CUDA rows answer it too.
 MISTAKES = [
     # op.py: the registrations, the fake, the backward, the wrapper.
     ("no backward registered", "op.py",
